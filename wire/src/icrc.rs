@@ -1,0 +1,218 @@
+//! The invariant CRC (ICRC), exactly as Linux rxe computes it (`rxe_icrc.c`).
+//!
+//! IBTA Annex A17 (RoCEv2), A17.4.5: the ICRC is a CRC-32 over a pseudo-packet made of
+//! 8 bytes of 0xFF standing in for the LRH, the IP header, the UDP header, the BTH, the
+//! extension headers, the payload and the pad, with the *variant* fields set to all ones:
+//!
+//! | header | masked (set to ones) | why |
+//! |---|---|---|
+//! | IPv4 | ToS (DSCP+ECN), TTL, header checksum | routers rewrite them |
+//! | IPv6 | traffic class, flow label, hop limit | routers rewrite them |
+//! | UDP | checksum | may be 0 or recomputed |
+//! | BTH | byte 4: FECN, BECN, resv6 | switches set FECN/BECN |
+//!
+//! Everything else is covered, notably the IPv4 identification and flags and both length
+//! fields, so they must be final before the ICRC is computed. The CRC is the reflected
+//! CRC-32 of zlib (`crc32fast`); its value is stored in the 4 bytes after the pad as a
+//! **little-endian** u32 (rxe: `*icrcp = ~crc` on x86). Wireshark and scapy show those four
+//! bytes read big-endian.
+//!
+//! One CRC pass: the up-to-60 header bytes that need masking are copied to the stack, masked
+//! and fed first; the rest of the packet is fed straight from the frame — no payload copy.
+
+use crate::error::{need, Error, Layer};
+
+/// crc32 of the 8-byte 0xFF LRH stand-in, as a finished CRC value to continue from.
+/// rxe folds the same prefix into its seed 0xdebb20e3 (= the raw register, `!LRH_CRC`).
+pub const LRH_CRC: u32 = 0x2144_df1c;
+
+const UDP_LEN: usize = 8;
+const BTH_LEN: usize = crate::bth::HEADER_LEN;
+
+/// Write the masked IP + UDP + BTH prefix of `l3` into `out` and return its length.
+/// `l3` starts at the IP header. Errors if the headers are not all there.
+fn masked_prefix(l3: &[u8], out: &mut [u8; 60]) -> Result<usize, Error> {
+    need(Layer::Ipv4, 0, 1, l3.len())?;
+    let v6 = l3[0] >> 4 == 6;
+    let ip_len = if v6 { crate::ipv6::HEADER_LEN } else { crate::ipv4::HEADER_LEN };
+    let n = ip_len + UDP_LEN + BTH_LEN;
+    need(if v6 { Layer::Ipv6 } else { Layer::Ipv4 }, 0, n, l3.len())?;
+    out[..n].copy_from_slice(&l3[..n]);
+    if v6 {
+        // version nibble kept; traffic class (8 bits) and flow label (20 bits) set to ones.
+        out[0] |= 0x0f;
+        out[1] = 0xff;
+        out[2] = 0xff;
+        out[3] = 0xff;
+        out[7] = 0xff; // hop limit
+    } else {
+        out[1] = 0xff; // ToS
+        out[8] = 0xff; // TTL
+        out[10] = 0xff; // header checksum
+        out[11] = 0xff;
+    }
+    out[ip_len + 6] = 0xff; // UDP checksum
+    out[ip_len + 7] = 0xff;
+    out[ip_len + UDP_LEN + 4] = 0xff; // BTH FECN | BECN | resv6
+    Ok(n)
+}
+
+/// The ICRC of a RoCEv2 packet. `l3` runs from the first byte of the IP header to the last
+/// byte of the pad (the 4 ICRC bytes excluded). Returns the value whose little-endian bytes
+/// go on the wire.
+pub fn compute(l3: &[u8]) -> Result<u32, Error> {
+    let mut hdr = [0u8; 60];
+    let n = masked_prefix(l3, &mut hdr)?;
+    let mut h = crc32fast::Hasher::new_with_initial(LRH_CRC);
+    h.update(&hdr[..n]);
+    h.update(&l3[n..]);
+    Ok(h.finalize())
+}
+
+/// Verify the ICRC of `l3`, which runs from the IP header to the end of the ICRC.
+/// `icrc_offset_in_frame` only labels the error.
+pub fn verify(l3: &[u8], icrc_offset_in_frame: usize) -> Result<(), Error> {
+    let Some(body_len) = l3.len().checked_sub(crate::ICRC_LEN) else {
+        return Err(Error::Truncated { layer: Layer::Icrc, offset: icrc_offset_in_frame, need: 4, have: l3.len() });
+    };
+    let computed = compute(&l3[..body_len])?;
+    let s = &l3[body_len..];
+    let found = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    if computed == found {
+        Ok(())
+    } else {
+        Err(Error::IcrcMismatch { offset: icrc_offset_in_frame, computed, found })
+    }
+}
+
+/// A bit-at-a-time reference implementation of the same ICRC, for differential tests.
+pub mod reference {
+    /// Reflected CRC-32 (poly 0xEDB88320), init all ones, final complement.
+    pub fn crc32(data: impl IntoIterator<Item = u8>) -> u32 {
+        let mut crc = 0xffff_ffffu32;
+        for b in data {
+            crc ^= b as u32;
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+            }
+        }
+        !crc
+    }
+
+    /// The ICRC of `l3` (IP header .. end of pad), masking field by field from the spec's
+    /// description rather than from byte offsets shared with the fast path.
+    pub fn icrc(l3: &[u8]) -> u32 {
+        let v6 = l3[0] >> 4 == 6;
+        let ip_len = if v6 { 40 } else { 20 };
+        let lrh = core::iter::repeat_n(0xffu8, 8);
+        let masked = l3.iter().enumerate().map(|(i, &b)| {
+            let in_ip = i < ip_len;
+            let udp = i.wrapping_sub(ip_len);
+            let bth = i.wrapping_sub(ip_len + 8);
+            match () {
+                _ if in_ip && v6 && i == 0 => b | 0x0f,            // TC high nibble
+                _ if in_ip && v6 && (1..=3).contains(&i) => 0xff,  // TC low nibble + flow label
+                _ if in_ip && v6 && i == 7 => 0xff,                // hop limit
+                _ if in_ip && !v6 && matches!(i, 1 | 8 | 10 | 11) => 0xff, // ToS, TTL, checksum
+                _ if !in_ip && matches!(udp, 6 | 7) => 0xff,       // UDP checksum
+                _ if !in_ip && bth == 4 => 0xff,                   // FECN/BECN/resv6
+                _ => b,
+            }
+        });
+        crc32(lrh.chain(masked))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn lrh_constant() {
+        assert_eq!(crc32fast::hash(&[0xff; 8]), LRH_CRC);
+        // rxe's seed is the un-complemented register after the same 8 bytes.
+        assert_eq!(!LRH_CRC, 0xdebb_20e3);
+        assert_eq!(reference::crc32([0xffu8; 8]), LRH_CRC);
+    }
+
+    /// protocol.md §1 vector A: a ConnectX-4 Lx CNP (from scapy's roce.uts), 74-byte frame.
+    pub(crate) const VECTOR_A: &str = concat!(
+        "e41d2dab2bc2", "7cfe90643b32", "0800",                       // Ethernet
+        "45c2003c718c400040119161", "0a001101", "0a001201",         // IPv4
+        "000012b700280000",                                         // UDP
+        "8100ffff400001180000000000000000000000000000000000000000", // BTH + 16 reserved
+        "82fd002a",                                                 // ICRC
+    );
+    /// protocol.md §1 vector B: synthetic UC SEND_ONLY from scapy's tests, 78-byte frame.
+    pub(crate) const VECTOR_B: &str = concat!(
+        "248a07a8fa22248a07a8fa220800",
+        "45010040047840004011b4d5c0a80007c0a80007",
+        "c00012b7002caca2",
+        "2460ffff000000d300cf1710",
+        "4630818be28935d90e9a95505401be885e500000",
+        "78f353f3",
+    );
+
+    fn vec_a() -> Vec<u8> {
+        hex::decode(VECTOR_A).unwrap()
+    }
+
+    #[test]
+    fn vector_a_cnp() {
+        let f = vec_a();
+        assert_eq!(f.len(), 74);
+        let l3 = &f[14..];
+        assert_eq!(compute(&l3[..l3.len() - 4]).unwrap().to_le_bytes(), [0x82, 0xfd, 0x00, 0x2a]);
+        verify(l3, 70).unwrap();
+    }
+
+    #[test]
+    fn vector_b_uc_send() {
+        let f = hex::decode(VECTOR_B).unwrap();
+        assert_eq!(f.len(), 78);
+        let l3 = &f[14..];
+        assert_eq!(compute(&l3[..l3.len() - 4]).unwrap().to_le_bytes(), [0x78, 0xf3, 0x53, 0xf3]);
+        assert_eq!(reference::icrc(&l3[..l3.len() - 4]).to_le_bytes(), [0x78, 0xf3, 0x53, 0xf3]);
+    }
+
+    #[test]
+    fn masked_fields_do_not_matter_covered_ones_do() {
+        let f = vec_a();
+        let l3 = f[14..].to_vec();
+        let body = l3.len() - 4;
+        let base = compute(&l3[..body]).unwrap();
+        let masked_bits: &[usize] = &[1, 8, 10, 11, 26, 27, 32]; // ToS, TTL, IP csum, UDP csum, BTH byte 4
+        for byte in 0..body {
+            for bit in 0..8 {
+                let mut m = l3.clone();
+                m[byte] ^= 1 << bit;
+                // A flipped version bit may make the header unparseable: that also "fails".
+                let c = compute(&m[..body]).ok();
+                if masked_bits.contains(&byte) {
+                    assert_eq!(c, Some(base), "byte {byte} bit {bit} is masked");
+                } else {
+                    assert_ne!(c, Some(base), "byte {byte} bit {bit} is covered");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn truncated_headers_are_errors() {
+        let f = vec_a();
+        for n in 0..40 {
+            assert!(compute(&f[14..14 + n]).is_err(), "{n}");
+        }
+        assert!(verify(&f[14..17], 17).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn differential_against_reference(v6 in any::<bool>(), body in proptest::collection::vec(any::<u8>(), 60..600)) {
+            let mut l3 = body;
+            l3[0] = if v6 { 0x60 | (l3[0] & 0x0f) } else { 0x45 };
+            prop_assert_eq!(compute(&l3).unwrap(), reference::icrc(&l3));
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! Whole RoCEv2 packets: parse a frame into reprs (one pass over the headers, no copy) and
+//! emit reprs into a buffer (headers in place, the payload through a closure, one ICRC pass).
+//!
+//! ```text
+//! | Ethernet [802.1Q] | IPv4 / IPv6 | UDP (dport 4791) | BTH | ext headers | payload | pad | ICRC |
+//!                     ^ l3          ^ udp              ^ bth               ^ payload       ^ icrc
+//! ```
+
+use crate::bth::{BthHeader, BthRepr};
+use crate::error::{need, Error, Layer, NotRoce};
+use crate::ethernet::{EtherType, EthernetFrame, EthernetRepr};
+use crate::ext::ExtHeaders;
+use crate::ip::IpRepr;
+use crate::ipv4::{Ipv4Packet, Ipv4Repr, PROTOCOL_UDP};
+use crate::ipv6::{Ipv6Packet, Ipv6Repr};
+use crate::opcode::OpcodeInfo;
+use crate::udp::{UdpPacket, UdpRepr, ROCE_V2_PORT};
+use crate::{icrc, ICRC_LEN};
+
+/// The transport part of a RoCEv2 packet: BTH, extension headers and payload length.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct RoceRepr {
+    /// The BTH. Its `pad_count` must equal `(-payload_len) & 3` on emit.
+    pub bth: BthRepr,
+    /// Extension headers; exactly those the opcode requires.
+    pub ext: ExtHeaders,
+    /// Payload bytes, pad excluded.
+    pub payload_len: usize,
+}
+
+/// Pad bytes for a payload of `len` bytes (BTH PadCnt).
+pub const fn pad_for(len: usize) -> u8 {
+    (len.wrapping_neg() & 3) as u8
+}
+
+impl RoceRepr {
+    /// The opcode's table entry, if the opcode is known.
+    pub fn info(&self) -> Option<&'static OpcodeInfo> {
+        self.bth.opcode.info()
+    }
+
+    /// Bytes from the BTH to the end of the ICRC (the UDP payload length).
+    pub fn buffer_len(&self) -> usize {
+        let hdr = self.info().map_or(crate::bth::HEADER_LEN, |i| i.header_len);
+        hdr + self.payload_len + self.bth.pad_count as usize + ICRC_LEN
+    }
+
+    /// Parse a UDP payload (BTH .. ICRC). `off` is the BTH's offset in the frame, for errors.
+    /// Returns the repr and the payload's range within `b`.
+    pub fn parse(b: &[u8], off: usize) -> Result<(RoceRepr, core::ops::Range<usize>), Error> {
+        let bth_view = BthHeader::new_checked(b).map_err(|_| Error::Truncated {
+            layer: Layer::Bth,
+            offset: off,
+            need: crate::bth::HEADER_LEN,
+            have: b.len(),
+        })?;
+        let bth = BthRepr::parse(&bth_view, off)?;
+        let info = bth.opcode.info().ok_or(Error::UnknownOpcode { offset: off, opcode: bth.opcode.0 })?;
+        let hl = info.header_len;
+        need(Layer::Bth, off, hl + ICRC_LEN, b.len()).map_err(|_| {
+            // Name the first extension header that does not fit.
+            let mut layer = Layer::Icrc;
+            for k in crate::opcode::HeaderKind::ORDER {
+                if let Some(o) = info.offset(k) {
+                    if o + k.len() > b.len() {
+                        layer = ext_layer(k);
+                        break;
+                    }
+                }
+            }
+            Error::Truncated { layer, offset: off, need: hl + ICRC_LEN, have: b.len() }
+        })?;
+        let ext = ExtHeaders::parse(info, &b[crate::bth::HEADER_LEN..hl]);
+        let rest = b.len() - hl - ICRC_LEN; // payload + pad
+        let pad = bth.pad_count as usize;
+        if !info.has_payload && rest != 0 {
+            return Err(Error::Length {
+                layer: Layer::Payload,
+                offset: off + hl,
+                field: "payload (opcode carries none)",
+                declared: 0,
+                actual: rest,
+            });
+        }
+        if pad > rest {
+            return Err(Error::Length {
+                layer: Layer::Payload,
+                offset: off + hl,
+                field: "PadCnt",
+                declared: pad,
+                actual: rest,
+            });
+        }
+        let payload_len = rest - pad;
+        Ok((RoceRepr { bth, ext, payload_len }, hl..hl + payload_len))
+    }
+
+    /// Check the repr is emittable: known opcode, matching extension headers, consistent pad.
+    pub fn check(&self) -> Result<&'static OpcodeInfo, Error> {
+        let info = self.info().ok_or(Error::InvalidRepr { what: "unknown opcode" })?;
+        self.ext.check(info)?;
+        if !info.has_payload && self.payload_len != 0 {
+            return Err(Error::InvalidRepr { what: "payload on an opcode that carries none" });
+        }
+        if self.bth.pad_count != pad_for(self.payload_len) {
+            return Err(Error::InvalidRepr { what: "PadCnt does not match the payload length" });
+        }
+        Ok(info)
+    }
+
+    /// Write BTH, extension headers, payload (through `fill`) and zero pad into
+    /// `b[..buffer_len() - 4]`; the ICRC is left to the caller (it covers the IP/UDP headers).
+    pub fn emit(&self, b: &mut [u8], fill: impl FnOnce(&mut [u8])) -> Result<(), Error> {
+        let info = self.check()?;
+        let len = self.buffer_len();
+        if b.len() < len - ICRC_LEN {
+            return Err(Error::BufferTooSmall { need: len - ICRC_LEN, have: b.len() });
+        }
+        let hl = info.header_len;
+        self.bth.emit(&mut BthHeader::new_unchecked(&mut b[..crate::bth::HEADER_LEN]));
+        self.ext.emit(info, &mut b[crate::bth::HEADER_LEN..hl]);
+        fill(&mut b[hl..hl + self.payload_len]);
+        b[hl + self.payload_len..len - ICRC_LEN].fill(0);
+        Ok(())
+    }
+}
+
+fn ext_layer(k: crate::opcode::HeaderKind) -> Layer {
+    use crate::opcode::HeaderKind as K;
+    match k {
+        K::Deth => Layer::Deth,
+        K::Feth => Layer::Feth,
+        K::Reth => Layer::Reth,
+        K::AtomicEth => Layer::AtomicEth,
+        K::Aeth => Layer::Aeth,
+        K::AtomicAckEth => Layer::AtomicAckEth,
+        K::ImmDt => Layer::ImmDt,
+        K::Ieth => Layer::Ieth,
+        K::CnpReserved => Layer::CnpReserved,
+    }
+}
+
+/// Byte offsets of each layer within a parsed frame.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct Offsets {
+    /// IP header.
+    pub l3: usize,
+    /// UDP header.
+    pub udp: usize,
+    /// BTH.
+    pub bth: usize,
+    /// Payload.
+    pub payload: usize,
+    /// ICRC.
+    pub icrc: usize,
+    /// One past the ICRC (the end of the IP packet; Ethernet padding may follow).
+    pub end: usize,
+}
+
+/// A decoded RoCEv2 frame, borrowing the bytes it came from.
+#[derive(Clone, Copy, Debug)]
+pub struct ParsedFrame<'a> {
+    /// The Ethernet header, when parsed from a frame (`None` from [`parse_ip`]).
+    pub eth: Option<EthernetRepr>,
+    /// IP layer.
+    pub ip: IpRepr,
+    /// UDP layer.
+    pub udp: UdpRepr,
+    /// RoCE transport layer.
+    pub roce: RoceRepr,
+    /// Where each layer starts.
+    pub offsets: Offsets,
+    bytes: &'a [u8],
+}
+
+impl<'a> ParsedFrame<'a> {
+    /// The payload (pad excluded).
+    pub fn payload(&self) -> &'a [u8] {
+        &self.bytes[self.offsets.payload..self.offsets.payload + self.roce.payload_len]
+    }
+    /// The bytes the frame was parsed from.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+    /// The ICRC stored in the frame (little-endian u32 of the wire bytes).
+    pub fn icrc(&self) -> u32 {
+        let s = &self.bytes[self.offsets.icrc..self.offsets.end];
+        u32::from_le_bytes([s[0], s[1], s[2], s[3]])
+    }
+    /// Recompute and compare the ICRC.
+    pub fn check_icrc(&self) -> Result<(), Error> {
+        icrc::verify(&self.bytes[self.offsets.l3..self.offsets.end], self.offsets.icrc)
+    }
+    /// The full frame repr (for an Ethernet frame).
+    pub fn repr(&self) -> Option<FrameRepr> {
+        self.eth.map(|eth| FrameRepr { eth, ip: self.ip, udp: self.udp, roce: self.roce })
+    }
+}
+
+/// Parse an Ethernet frame carrying RoCEv2. Checks every length, the IPv4 header checksum,
+/// the UDP port and the opcode; does not check the ICRC (see [`ParsedFrame::check_icrc`]).
+/// Trailing bytes after the IP packet (Ethernet padding) are ignored.
+pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>, Error> {
+    let eth = EthernetFrame::new_checked(frame)?;
+    let repr = EthernetRepr::parse(&eth);
+    let l3 = eth.header_len();
+    let mut p = parse_at(frame, l3, repr.ethertype)?;
+    p.eth = Some(repr);
+    Ok(p)
+}
+
+/// Parse an IP packet (IPv4 or IPv6, by its version nibble) carrying RoCEv2.
+pub fn parse_ip(packet: &[u8]) -> Result<ParsedFrame<'_>, Error> {
+    need(Layer::Ipv4, 0, 1, packet.len())?;
+    let t = match packet[0] >> 4 {
+        4 => EtherType::IPV4,
+        6 => EtherType::IPV6,
+        v => return Err(Error::BadField { layer: Layer::Ipv4, offset: 0, field: "version", value: v as u32 }),
+    };
+    parse_at(packet, 0, t)
+}
+
+fn parse_at(frame: &[u8], l3: usize, ethertype: EtherType) -> Result<ParsedFrame<'_>, Error> {
+    let (ip, ip_hl, ip_payload_len) = match ethertype {
+        EtherType::IPV4 => {
+            let p = Ipv4Packet::new_unchecked(&frame[l3..]);
+            p.check_len_at(l3)?;
+            let r = Ipv4Repr::parse(&p, l3)?;
+            if r.protocol != PROTOCOL_UDP {
+                return Err(Error::NotRoce { offset: l3, why: NotRoce::IpProtocol(r.protocol) });
+            }
+            (IpRepr::V4(r), crate::ipv4::HEADER_LEN, r.payload_len)
+        }
+        EtherType::IPV6 => {
+            let p = Ipv6Packet::new_unchecked(&frame[l3..]);
+            p.check_len_at(l3)?;
+            let r = Ipv6Repr::parse(&p);
+            if r.next_header != PROTOCOL_UDP {
+                return Err(Error::NotRoce { offset: l3, why: NotRoce::IpProtocol(r.next_header) });
+            }
+            (IpRepr::V6(r), crate::ipv6::HEADER_LEN, r.payload_len)
+        }
+        other => return Err(Error::NotRoce { offset: l3 - 2, why: NotRoce::EtherType(other.0) }),
+    };
+    let udp_off = l3 + ip_hl;
+    let end = udp_off + ip_payload_len; // validated against the buffer by check_len_at
+    let udp_bytes = &frame[udp_off..end];
+    let udp_view = UdpPacket::new_unchecked(udp_bytes);
+    udp_view.check_len_at(udp_off)?;
+    let udp = UdpRepr::parse(&udp_view);
+    if udp.dst_port != ROCE_V2_PORT {
+        return Err(Error::NotRoce { offset: udp_off, why: NotRoce::UdpPort(udp.dst_port) });
+    }
+    if udp_view.len() as usize != ip_payload_len {
+        return Err(Error::Length {
+            layer: Layer::Udp,
+            offset: udp_off,
+            field: "length",
+            declared: udp_view.len() as usize,
+            actual: ip_payload_len,
+        });
+    }
+    let bth_off = udp_off + crate::udp::HEADER_LEN;
+    let (roce, payload) = RoceRepr::parse(&frame[bth_off..end], bth_off)?;
+    Ok(ParsedFrame {
+        eth: None,
+        ip,
+        udp,
+        roce,
+        offsets: Offsets {
+            l3,
+            udp: udp_off,
+            bth: bth_off,
+            payload: bth_off + payload.start,
+            icrc: end - ICRC_LEN,
+            end,
+        },
+        bytes: frame,
+    })
+}
+
+/// How to fill the UDP checksum on emit.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum UdpChecksum {
+    /// Write 0, as Linux rxe and ConnectX do (IPv4: "no checksum"; IPv6: allowed for tunnels,
+    /// RFC 6935, and accepted by rxe's UDP tunnel socket).
+    #[default]
+    Zero,
+    /// Compute it over the pseudo-header and the datagram (a second pass over the payload).
+    Compute,
+}
+
+/// A whole RoCEv2 Ethernet frame.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct FrameRepr {
+    /// Ethernet header. Its EtherType is overwritten to match `ip` on emit.
+    pub eth: EthernetRepr,
+    /// IP header. Its payload length is derived on emit.
+    pub ip: IpRepr,
+    /// UDP header.
+    pub udp: UdpRepr,
+    /// Transport headers and payload length.
+    pub roce: RoceRepr,
+}
+
+impl FrameRepr {
+    /// Frame length (no FCS).
+    pub fn buffer_len(&self) -> usize {
+        self.eth.header_len() + self.ip_len()
+    }
+
+    /// Length from the IP header to the end of the ICRC.
+    pub fn ip_len(&self) -> usize {
+        self.ip.header_len() + crate::udp::HEADER_LEN + self.roce.buffer_len()
+    }
+
+    /// Set the IP payload length (and EtherType) from the rest of the repr, as emit does.
+    pub fn fixup(&mut self) {
+        let udp_len = crate::udp::HEADER_LEN + self.roce.buffer_len();
+        self.ip.set_payload_len(udp_len);
+        self.eth.ethertype = match self.ip {
+            IpRepr::V4(_) => EtherType::IPV4,
+            IpRepr::V6(_) => EtherType::IPV6,
+        };
+    }
+
+    /// Emit the whole frame into `buf`: headers, payload (written by `fill` into the payload
+    /// slice), pad, ICRC and (optionally) the UDP checksum. Returns the frame length.
+    pub fn emit(&self, buf: &mut [u8], csum: UdpChecksum, fill: impl FnOnce(&mut [u8])) -> Result<usize, Error> {
+        let mut r = *self;
+        r.fixup();
+        let total = r.buffer_len();
+        if buf.len() < total {
+            return Err(Error::BufferTooSmall { need: total, have: buf.len() });
+        }
+        let l2 = r.eth.header_len();
+        r.eth.emit(&mut EthernetFrame::new_unchecked(&mut buf[..l2]));
+        r.emit_ip(&mut buf[l2..total], csum, fill)?;
+        Ok(total)
+    }
+
+    /// Emit from the IP header on (no Ethernet header) into `buf`; returns the IP packet length.
+    pub fn emit_ip(&self, buf: &mut [u8], csum: UdpChecksum, fill: impl FnOnce(&mut [u8])) -> Result<usize, Error> {
+        let mut r = *self;
+        r.fixup();
+        r.roce.check()?;
+        let len = r.ip_len();
+        if buf.len() < len {
+            return Err(Error::BufferTooSmall { need: len, have: buf.len() });
+        }
+        let buf = &mut buf[..len];
+        let ip_hl = r.ip.header_len();
+        match r.ip {
+            IpRepr::V4(v4) => v4.emit(&mut Ipv4Packet::new_unchecked(&mut buf[..ip_hl]))?,
+            IpRepr::V6(v6) => v6.emit(&mut Ipv6Packet::new_unchecked(&mut buf[..ip_hl]))?,
+        }
+        let udp_len = len - ip_hl;
+        r.udp.emit(&mut UdpPacket::new_unchecked(&mut buf[ip_hl..ip_hl + crate::udp::HEADER_LEN]), udp_len - crate::udp::HEADER_LEN)?;
+        let bth = ip_hl + crate::udp::HEADER_LEN;
+        r.roce.emit(&mut buf[bth..len - ICRC_LEN], fill)?;
+        let c = icrc::compute(&buf[..len - ICRC_LEN])?;
+        buf[len - ICRC_LEN..].copy_from_slice(&c.to_le_bytes());
+        if csum == UdpChecksum::Compute {
+            let (src, dst) = (r.ip.src_addr(), r.ip.dst_addr());
+            UdpPacket::new_unchecked(&mut buf[ip_hl..]).fill_checksum(src, dst);
+        }
+        Ok(len)
+    }
+}
