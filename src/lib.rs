@@ -5,4 +5,5 @@
 
 pub use uroce_wire as wire;
 
+pub mod io;
 pub mod pcap;

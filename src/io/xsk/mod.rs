@@ -1,0 +1,1 @@
+//! AF_XDP sockets (placeholder).
