@@ -1,9 +1,12 @@
 //! uroce: a userspace RoCEv2 transport stack.
 //!
-//! This package is the facade over the workspace crates and hosts the `uroce` command-line
-//! tool. See the README for what works today.
+//! This package is the facade over the workspace crates ([`wire`]) and hosts the `uroce`
+//! command-line tool ([`cli`]), capture tooling ([`pcap`]) and the I/O runtime ([`io`]).
+//! See the README for what works today.
 
 pub use uroce_wire as wire;
 
+pub mod cli;
 pub mod io;
 pub mod pcap;
+pub mod sample;

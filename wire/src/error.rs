@@ -177,10 +177,9 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Error::Truncated { layer, offset, need, have } => write!(
-                f,
-                "{layer} at offset {offset}: truncated, need {need} bytes, have {have}"
-            ),
+            Error::Truncated { layer, offset, need, have } => {
+                write!(f, "{layer} at offset {offset}: truncated, need {need} bytes, have {have}")
+            }
             Error::BadField { layer, offset, field, value } => {
                 write!(f, "{layer} at offset {offset}: bad {field} {value:#x}")
             }
@@ -195,10 +194,9 @@ impl fmt::Display for Error {
             Error::UnknownOpcode { offset, opcode } => {
                 write!(f, "BTH at offset {offset}: unknown or reserved opcode {opcode:#04x}")
             }
-            Error::Length { layer, offset, field, declared, actual } => write!(
-                f,
-                "{layer} at offset {offset}: {field} says {declared}, bytes say {actual}"
-            ),
+            Error::Length { layer, offset, field, declared, actual } => {
+                write!(f, "{layer} at offset {offset}: {field} says {declared}, bytes say {actual}")
+            }
             Error::IcrcMismatch { offset, computed, found } => write!(
                 f,
                 "ICRC at offset {offset}: computed {:#010x}, found {:#010x} (wire byte order)",

@@ -212,21 +212,27 @@ impl ExtHeaders {
     pub(crate) fn parse(info: &OpcodeInfo, b: &[u8]) -> ExtHeaders {
         let h = info.headers;
         // Offsets in the table are from the BTH start.
-        let at = |k: HeaderKind| h.offset(k).map(|o| &b[o - crate::bth::HEADER_LEN..o - crate::bth::HEADER_LEN + k.len()]);
+        let at =
+            |k: HeaderKind| h.offset(k).map(|o| &b[o - crate::bth::HEADER_LEN..o - crate::bth::HEADER_LEN + k.size()]);
         ExtHeaders {
             deth: at(HeaderKind::Deth).map(|s| DethRepr { qkey: get_u32(s, 0), src_qp: Qpn::new(get_u24(s, 5)) }),
             feth: at(HeaderKind::Feth).map(|s| {
                 let w = get_u32(s, 0);
                 FethRepr { selectivity: ((w >> 4) & 3) as u8, placement: (w & 0xf) as u8 }
             }),
-            reth: at(HeaderKind::Reth).map(|s| RethRepr { va: get_u64(s, 0), rkey: get_u32(s, 8), dma_len: get_u32(s, 12) }),
+            reth: at(HeaderKind::Reth).map(|s| RethRepr {
+                va: get_u64(s, 0),
+                rkey: get_u32(s, 8),
+                dma_len: get_u32(s, 12),
+            }),
             atomic_eth: at(HeaderKind::AtomicEth).map(|s| AtomicEthRepr {
                 va: get_u64(s, 0),
                 rkey: get_u32(s, 8),
                 swap_add: get_u64(s, 12),
                 compare: get_u64(s, 20),
             }),
-            aeth: at(HeaderKind::Aeth).map(|s| AethRepr { syndrome: Syndrome::from_byte(s[0]), msn: Msn::new(get_u24(s, 1)) }),
+            aeth: at(HeaderKind::Aeth)
+                .map(|s| AethRepr { syndrome: Syndrome::from_byte(s[0]), msn: Msn::new(get_u24(s, 1)) }),
             atomic_ack_eth: at(HeaderKind::AtomicAckEth).map(|s| AtomicAckEthRepr { orig: get_u64(s, 0) }),
             immdt: at(HeaderKind::ImmDt).map(|s| get_u32(s, 0)),
             ieth: at(HeaderKind::Ieth).map(|s| get_u32(s, 0)),
@@ -258,7 +264,7 @@ impl ExtHeaders {
         let mut put = |k: HeaderKind, f: &mut dyn FnMut(&mut [u8])| {
             if let Some(o) = h.offset(k) {
                 let o = o - crate::bth::HEADER_LEN;
-                f(&mut b[o..o + k.len()]);
+                f(&mut b[o..o + k.size()]);
             }
         };
         if let Some(d) = self.deth {
@@ -331,7 +337,10 @@ mod tests {
         let a = AethHeader::new_checked(&aeth[..]).unwrap();
         assert_eq!(Syndrome::from_byte(a.syndrome_byte()), Syndrome::Nak(NakCode::PsnSequenceError));
         assert_eq!(a.msn(), 0x010203);
-        assert!(matches!(AtomicEthHeader::new_checked(&[0u8; 27][..]), Err(Error::Truncated { layer: Layer::AtomicEth, .. })));
+        assert!(matches!(
+            AtomicEthHeader::new_checked(&[0u8; 27][..]),
+            Err(Error::Truncated { layer: Layer::AtomicEth, .. })
+        ));
     }
 
     #[test]
@@ -339,11 +348,24 @@ mod tests {
         for info in crate::opcode::OPCODES {
             let h = info.headers;
             let ext = ExtHeaders {
-                deth: h.contains(HeaderKind::Deth).then_some(DethRepr { qkey: 0x8001_0000, src_qp: Qpn::new(0x123456) }),
+                deth: h
+                    .contains(HeaderKind::Deth)
+                    .then_some(DethRepr { qkey: 0x8001_0000, src_qp: Qpn::new(0x123456) }),
                 feth: h.contains(HeaderKind::Feth).then_some(FethRepr { selectivity: 1, placement: 2 }),
-                reth: h.contains(HeaderKind::Reth).then_some(RethRepr { va: 0x1122_3344_5566_7788, rkey: 0xdead_beef, dma_len: 77 }),
-                atomic_eth: h.contains(HeaderKind::AtomicEth).then_some(AtomicEthRepr { va: 8, rkey: 9, swap_add: 10, compare: 11 }),
-                aeth: h.contains(HeaderKind::Aeth).then_some(AethRepr { syndrome: Syndrome::ACK_UNLIMITED, msn: Msn::new(5) }),
+                reth: h.contains(HeaderKind::Reth).then_some(RethRepr {
+                    va: 0x1122_3344_5566_7788,
+                    rkey: 0xdead_beef,
+                    dma_len: 77,
+                }),
+                atomic_eth: h.contains(HeaderKind::AtomicEth).then_some(AtomicEthRepr {
+                    va: 8,
+                    rkey: 9,
+                    swap_add: 10,
+                    compare: 11,
+                }),
+                aeth: h
+                    .contains(HeaderKind::Aeth)
+                    .then_some(AethRepr { syndrome: Syndrome::ACK_UNLIMITED, msn: Msn::new(5) }),
                 atomic_ack_eth: h.contains(HeaderKind::AtomicAckEth).then_some(AtomicAckEthRepr { orig: 42 }),
                 immdt: h.contains(HeaderKind::ImmDt).then_some(0xcafe_f00d),
                 ieth: h.contains(HeaderKind::Ieth).then_some(0x1234),

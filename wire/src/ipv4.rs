@@ -88,10 +88,22 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         }
         let total = get_u16(b, field::TOTAL_LEN) as usize;
         if total < ihl {
-            return Err(Error::Length { layer: Layer::Ipv4, offset: off, field: "total length", declared: total, actual: ihl });
+            return Err(Error::Length {
+                layer: Layer::Ipv4,
+                offset: off,
+                field: "total length",
+                declared: total,
+                actual: ihl,
+            });
         }
         if total > b.len() {
-            return Err(Error::Length { layer: Layer::Ipv4, offset: off, field: "total length", declared: total, actual: b.len() });
+            return Err(Error::Length {
+                layer: Layer::Ipv4,
+                offset: off,
+                field: "total length",
+                declared: total,
+                actual: b.len(),
+            });
         }
         Ok(())
     }
@@ -308,8 +320,8 @@ mod tests {
 
     // The IPv4 header of the ConnectX-4 Lx CNP (protocol.md vector A).
     static HDR: [u8; 20] = [
-        0x45, 0xc2, 0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0x91, 0x61, 0x0a, 0x00, 0x11,
-        0x01, 0x0a, 0x00, 0x12, 0x01,
+        0x45, 0xc2, 0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0x91, 0x61, 0x0a, 0x00, 0x11, 0x01, 0x0a, 0x00,
+        0x12, 0x01,
     ];
 
     fn packet() -> Vec<u8> {
@@ -358,7 +370,7 @@ mod tests {
 
     #[test]
     fn test_construct_emit() {
-        let mut b = vec![0xa5; 20];
+        let mut b = [0xa5u8; 20];
         repr().emit(&mut Ipv4Packet::new_unchecked(&mut b[..])).unwrap();
         assert_eq!(&b[..], &HDR[..]);
     }

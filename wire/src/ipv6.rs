@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn test_construct_emit() {
-        let mut b = vec![0xa5; 40];
+        let mut b = [0xa5u8; 40];
         repr().emit(&mut Ipv6Packet::new_unchecked(&mut b[..])).unwrap();
         assert_eq!(&b[..], &HDR[..]);
     }

@@ -57,14 +57,12 @@ pub use aeth::{CreditCount, NakCode, RnrTimer, Syndrome};
 pub use bth::{BthHeader, BthRepr};
 pub use error::{Error, Layer, NotRoce};
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr, VlanTag};
-pub use ext::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, ExtHeaders, FethRepr, RethRepr,
-};
+pub use ext::{AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, ExtHeaders, FethRepr, RethRepr};
 pub use ip::{Ecn, IpRepr};
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6Packet, Ipv6Repr};
 pub use opcode::{HeaderKind, Headers, Opcode, OpcodeInfo, Operation, Position, Transport};
-pub use packet::{parse_frame, parse_ip, FrameRepr, Offsets, ParsedFrame, RoceRepr, UdpChecksum};
+pub use packet::{parse_frame, parse_ip, seal_ip, FrameRepr, Offsets, ParsedFrame, RoceRepr, UdpChecksum};
 pub use psn::{Msn, Psn, Qpn};
 pub use udp::{UdpPacket, UdpRepr, ROCE_V2_PORT};
 

@@ -144,7 +144,7 @@ impl HeaderKind {
     ];
 
     /// Length in bytes.
-    pub const fn len(self) -> usize {
+    pub const fn size(self) -> usize {
         match self {
             HeaderKind::Deth => 8,
             HeaderKind::Feth => 4,
@@ -185,7 +185,7 @@ impl Headers {
         let mut i = 0;
         while i < HeaderKind::ORDER.len() {
             if self.contains(HeaderKind::ORDER[i]) {
-                n += HeaderKind::ORDER[i].len();
+                n += HeaderKind::ORDER[i].size();
             }
             i += 1;
         }
@@ -208,7 +208,7 @@ impl Headers {
                 return Some(off);
             }
             if self.contains(k) {
-                off += k.len();
+                off += k.size();
             }
             i += 1;
         }
@@ -431,10 +431,7 @@ impl Opcode {
     }
     /// Look up an opcode by transport, operation and position.
     pub fn find(t: Transport, op: Operation, pos: Position) -> Option<Opcode> {
-        OPCODES
-            .iter()
-            .find(|i| i.transport == t && i.operation == op && i.position == pos)
-            .map(|i| Opcode(i.code))
+        OPCODES.iter().find(|i| i.transport == t && i.operation == op && i.position == pos).map(|i| Opcode(i.code))
     }
 }
 
@@ -561,7 +558,7 @@ mod tests {
             for k in HeaderKind::ORDER {
                 if let Some(o) = i.offset(k) {
                     assert_eq!(o, at, "{} {:?}", i.name, k);
-                    at += k.len();
+                    at += k.size();
                 }
             }
             assert_eq!(at, i.header_len, "{}", i.name);
@@ -575,7 +572,7 @@ mod tests {
             if matches!(i.position, Position::First | Position::Middle | Position::Last) {
                 assert!(i.has_payload, "{}", i.name);
             }
-            assert_eq!(i.is_request() || i.is_response() || i.operation == Operation::Cnp, true);
+            assert!(i.is_request() || i.is_response() || i.operation == Operation::Cnp);
         }
     }
 }

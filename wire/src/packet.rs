@@ -62,7 +62,7 @@ impl RoceRepr {
             let mut layer = Layer::Icrc;
             for k in crate::opcode::HeaderKind::ORDER {
                 if let Some(o) = info.offset(k) {
-                    if o + k.len() > b.len() {
+                    if o + k.size() > b.len() {
                         layer = ext_layer(k);
                         break;
                     }
@@ -80,6 +80,17 @@ impl RoceRepr {
                 field: "payload (opcode carries none)",
                 declared: 0,
                 actual: rest,
+            });
+        }
+        // Payload and pad fill whole 4-byte words (IBTA §9.3: PadCnt pads the payload "to a
+        // multiple of 4 bytes"); with that, PadCnt always equals `pad_for(payload_len)`.
+        if rest % 4 != 0 {
+            return Err(Error::Length {
+                layer: Layer::Payload,
+                offset: off + hl,
+                field: "payload + pad (not a multiple of 4)",
+                declared: rest,
+                actual: rest - rest % 4,
             });
         }
         if pad > rest {
@@ -341,6 +352,15 @@ impl FrameRepr {
 
     /// Emit from the IP header on (no Ethernet header) into `buf`; returns the IP packet length.
     pub fn emit_ip(&self, buf: &mut [u8], csum: UdpChecksum, fill: impl FnOnce(&mut [u8])) -> Result<usize, Error> {
+        let len = self.emit_ip_unsealed(buf, fill)?;
+        seal_ip(&mut buf[..len], csum)?;
+        Ok(len)
+    }
+
+    /// Everything [`FrameRepr::emit_ip`] writes except the ICRC and the UDP checksum (left
+    /// zero): for callers that patch the packet (e.g. a fault injector) before sealing it with
+    /// [`seal_ip`]. Returns the IP packet length.
+    pub fn emit_ip_unsealed(&self, buf: &mut [u8], fill: impl FnOnce(&mut [u8])) -> Result<usize, Error> {
         let mut r = *self;
         r.fixup();
         r.roce.check()?;
@@ -355,15 +375,32 @@ impl FrameRepr {
             IpRepr::V6(v6) => v6.emit(&mut Ipv6Packet::new_unchecked(&mut buf[..ip_hl]))?,
         }
         let udp_len = len - ip_hl;
-        r.udp.emit(&mut UdpPacket::new_unchecked(&mut buf[ip_hl..ip_hl + crate::udp::HEADER_LEN]), udp_len - crate::udp::HEADER_LEN)?;
+        r.udp.emit(
+            &mut UdpPacket::new_unchecked(&mut buf[ip_hl..ip_hl + crate::udp::HEADER_LEN]),
+            udp_len - crate::udp::HEADER_LEN,
+        )?;
         let bth = ip_hl + crate::udp::HEADER_LEN;
         r.roce.emit(&mut buf[bth..len - ICRC_LEN], fill)?;
-        let c = icrc::compute(&buf[..len - ICRC_LEN])?;
-        buf[len - ICRC_LEN..].copy_from_slice(&c.to_le_bytes());
-        if csum == UdpChecksum::Compute {
-            let (src, dst) = (r.ip.src_addr(), r.ip.dst_addr());
-            UdpPacket::new_unchecked(&mut buf[ip_hl..]).fill_checksum(src, dst);
-        }
         Ok(len)
     }
+}
+
+/// Compute and store the ICRC (and, if asked, the UDP checksum) of a complete IP packet
+/// (`l3` = IP header .. end of the ICRC field). The IP and UDP length fields must be final.
+pub fn seal_ip(l3: &mut [u8], csum: UdpChecksum) -> Result<(), Error> {
+    let len = l3.len();
+    let body = len.checked_sub(ICRC_LEN).ok_or(Error::BufferTooSmall { need: ICRC_LEN, have: len })?;
+    let c = icrc::compute(&l3[..body])?;
+    l3[body..].copy_from_slice(&c.to_le_bytes());
+    if csum == UdpChecksum::Compute {
+        let (src, dst, ip_hl) = if l3[0] >> 4 == 6 {
+            let p = Ipv6Packet::new_unchecked(&l3[..]);
+            (p.src_addr().into(), p.dst_addr().into(), crate::ipv6::HEADER_LEN)
+        } else {
+            let p = Ipv4Packet::new_unchecked(&l3[..]);
+            (p.src_addr().into(), p.dst_addr().into(), crate::ipv4::HEADER_LEN)
+        };
+        UdpPacket::new_unchecked(&mut l3[ip_hl..]).fill_checksum(src, dst);
+    }
+    Ok(())
 }

@@ -42,7 +42,13 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         need(Layer::Udp, off, HEADER_LEN, b.len())?;
         let len = get_u16(b, field::LENGTH) as usize;
         if len < HEADER_LEN || len > b.len() {
-            return Err(Error::Length { layer: Layer::Udp, offset: off, field: "length", declared: len, actual: b.len() });
+            return Err(Error::Length {
+                layer: Layer::Udp,
+                offset: off,
+                field: "length",
+                declared: len,
+                actual: b.len(),
+            });
         }
         Ok(())
     }
@@ -236,10 +242,7 @@ mod tests {
     fn test_impossible_len() {
         let b = vector_b_udp();
         assert!(matches!(UdpPacket::new_checked(&b[..7]), Err(Error::Truncated { .. })));
-        assert!(matches!(
-            UdpPacket::new_checked(&b[..43]),
-            Err(Error::Length { declared: 44, actual: 43, .. })
-        ));
+        assert!(matches!(UdpPacket::new_checked(&b[..43]), Err(Error::Length { declared: 44, actual: 43, .. })));
         let mut bad = b.clone();
         bad[5] = 7;
         assert!(matches!(UdpPacket::new_checked(&bad[..]), Err(Error::Length { declared: 7, .. })));
@@ -256,13 +259,19 @@ mod tests {
             let mut p = UdpPacket::new_unchecked(&mut b[..]);
             UdpRepr { src_port: 0xc001, dst_port: 4791 }.emit(&mut p, plen).unwrap();
             p.fill_checksum(IpAddr::V6(src), IpAddr::V6(dst));
-            let h = etherparse::UdpHeader::with_ipv6_checksum(0xc001, 4791, &etherparse::Ipv6Header {
-                source: src.octets(),
-                destination: dst.octets(),
-                next_header: etherparse::IpNumber::UDP,
-                payload_length: (8 + plen) as u16,
-                ..Default::default()
-            }, &payload).unwrap();
+            let h = etherparse::UdpHeader::with_ipv6_checksum(
+                0xc001,
+                4791,
+                &etherparse::Ipv6Header {
+                    source: src.octets(),
+                    destination: dst.octets(),
+                    next_header: etherparse::IpNumber::UDP,
+                    payload_length: (8 + plen) as u16,
+                    ..Default::default()
+                },
+                &payload,
+            )
+            .unwrap();
             assert_eq!(p.checksum(), h.checksum, "plen {plen}");
             assert!(p.verify_checksum(IpAddr::V6(src), IpAddr::V6(dst)));
         }

@@ -1,0 +1,18 @@
+//! Arbitrary bytes as an Ethernet frame and as an IP packet: parsing, the ICRC check and the
+//! one-line summary must never panic. (ICRC and IPv4 checksum checks are skipped under
+//! cfg(fuzzing) inside the parser so the fuzzer reaches the transport headers.)
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use std::fmt::Write;
+use uroce_wire::{parse_frame, parse_ip, pretty::Summary};
+
+fuzz_target!(|data: &[u8]| {
+    for p in [parse_frame(data), parse_ip(data)].into_iter().flatten() {
+        let _ = p.check_icrc();
+        let _ = p.payload();
+        let _ = p.repr();
+        let mut s = String::new();
+        let _ = write!(s, "{}", Summary(&p));
+    }
+});

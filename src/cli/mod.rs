@@ -1,0 +1,46 @@
+//! The `uroce` command-line tool.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+mod pcap_cmd;
+
+/// uroce: a userspace RoCEv2 stack.
+#[derive(Parser, Debug)]
+#[command(name = "uroce", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Decode the RoCEv2 frames of pcap/pcapng files and verify every ICRC.
+    ///
+    /// Prints one line per RoCEv2 frame and a final summary line
+    /// `packets: N roce: N icrc_ok: N icrc_bad: N undecodable: N`; exits non-zero when any
+    /// ICRC is bad or any UDP/4791 frame cannot be decoded.
+    Pcap {
+        /// Capture files (pcap or pcapng).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print only the summary line.
+        #[arg(short, long)]
+        quiet: bool,
+    },
+    /// Write a pcap with one sample frame of every RoCEv2 opcode (IPv4 and IPv6).
+    GenPcap {
+        /// Output file.
+        file: PathBuf,
+    },
+}
+
+/// Parse arguments and run.
+pub fn run() -> Result<std::process::ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Pcap { files, quiet } => pcap_cmd::check(&files, quiet),
+        Command::GenPcap { file } => pcap_cmd::generate(&file),
+    }
+}

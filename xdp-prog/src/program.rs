@@ -1,0 +1,214 @@
+//! The XDP program: UDP/4791 (RoCEv2) → `XSKMAP[rx_queue_index]`, everything else → kernel.
+//!
+//! Built with [`crate::asm::Asm`] from a [`ProgramConfig`]. The same builder produces the
+//! production program (fallback `XDP_PASS`) and test variants (fallback `XDP_DROP`, so that
+//! `BPF_PROG_TEST_RUN` can tell "redirect attempted on an empty slot" from "passed").
+//!
+//! IPv4 header length: the UDP offset is computed from IHL (options allowed, IHL 5..=15);
+//! IHL < 5 is malformed and goes to the kernel, which drops it. IPv6: only a UDP next header
+//! directly after the fixed header is matched; extension headers (including the fragment
+//! header) go to the kernel, as RoCEv2 (IBTA Annex A17) never uses them.
+
+use crate::asm::{Alu, Asm, Assembled, Cond, Reg, Size};
+
+/// RoCEv2's IANA-assigned UDP destination port (IBTA Annex A17, RoCEv2).
+pub const ROCEV2_UDP_PORT: u16 = 4791;
+
+/// `BPF_FUNC_redirect_map` from `enum bpf_func_id`.
+const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+
+// Offsets in `struct xdp_md` (the XDP program context).
+const XDP_MD_DATA: i16 = 0;
+const XDP_MD_DATA_END: i16 = 4;
+const XDP_MD_RX_QUEUE_INDEX: i16 = 16;
+
+// Frame layout offsets (from the start of the Ethernet header, untagged).
+const ETH_HLEN: i32 = 14;
+const ETH_TYPE: i16 = 12;
+const VLAN_HLEN: i32 = 4;
+const IPV4_MIN_HLEN: i32 = 20;
+const IPV6_HLEN: i32 = 40;
+const UDP_HLEN: i32 = 8;
+
+/// XDP verdicts (`enum xdp_action`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum XdpAction {
+    /// Program error; the frame is dropped and a tracepoint fires.
+    Aborted = 0,
+    /// Drop the frame.
+    Drop = 1,
+    /// Hand the frame to the kernel stack.
+    Pass = 2,
+    /// Bounce the frame out of the receiving interface.
+    Tx = 3,
+    /// Redirect (here: to the AF_XDP socket in the XSKMAP slot).
+    Redirect = 4,
+}
+
+impl XdpAction {
+    /// Decode a program return value.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        Some(match v {
+            0 => XdpAction::Aborted,
+            1 => XdpAction::Drop,
+            2 => XdpAction::Pass,
+            3 => XdpAction::Tx,
+            4 => XdpAction::Redirect,
+            _ => return None,
+        })
+    }
+}
+
+/// What the program matches and what it does when the XSKMAP slot is empty.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgramConfig {
+    /// UDP destination port to steer (RoCEv2: 4791).
+    pub udp_port: u16,
+    /// Action for a matching frame when `XSKMAP[rx_queue_index]` holds no socket. Production
+    /// uses `Pass` so the kernel still sees 4791 traffic (and answers ICMP port unreachable)
+    /// while no AF_XDP socket is registered; tests use `Drop` to observe the redirect attempt.
+    pub fallback: XdpAction,
+    /// Load with `BPF_F_XDP_HAS_FRAGS` (multi-buffer aware). Needed for native XDP when the
+    /// interface MTU exceeds what fits one page (about 3.5 KB on veth) and for AF_XDP
+    /// multi-buffer (`XDP_USE_SG`). The program only reads headers within the first 62
+    /// bytes, which are always in the linear part, so it is correct either way.
+    pub frags: bool,
+}
+
+impl Default for ProgramConfig {
+    fn default() -> Self {
+        ProgramConfig { udp_port: ROCEV2_UDP_PORT, fallback: XdpAction::Pass, frags: false }
+    }
+}
+
+/// A big-endian (network order) 16-bit constant as a `u16` load from packet memory
+/// yields it on this host.
+fn net16(v: u16) -> i32 {
+    i32::from(u16::from_ne_bytes(v.to_be_bytes()))
+}
+
+/// Assemble the program for `cfg`; `map_fd` is the XSKMAP file descriptor (any value for a
+/// listing; the kernel resolves it at load time).
+pub fn assemble(cfg: &ProgramConfig, map_fd: i32) -> Assembled {
+    use Reg::*;
+    let mut a = Asm::new();
+    let pass = a.label("pass");
+    let l3 = a.label("l3");
+    let ipv4 = a.label("ipv4");
+    let ipv6 = a.label("ipv6");
+    let udp = a.label("udp");
+
+    // r6 = ctx (callee-saved across the helper call), r2 = data, r3 = data_end.
+    a.comment("r6 = ctx").mov64_reg(R6, R1);
+    a.comment("r2 = ctx->data").load(Size::W, R2, R1, XDP_MD_DATA);
+    a.comment("r3 = ctx->data_end").load(Size::W, R3, R1, XDP_MD_DATA_END);
+
+    // Ethernet header.
+    a.mov64_reg(R4, R2);
+    a.alu64_imm(Alu::Add, R4, ETH_HLEN);
+    a.comment("truncated Ethernet header").jmp_reg(Cond::Gt, R4, R3, pass);
+    a.comment("r5 = EtherType (network order)").load(Size::H, R5, R2, ETH_TYPE);
+    a.comment("untagged").jmp_imm(Cond::Ne, R5, net16(0x8100), l3);
+
+    // One 802.1Q tag: read the inner EtherType, then shift the base pointer by 4 so the
+    // rest of the program uses untagged offsets.
+    a.mov64_reg(R4, R2);
+    a.alu64_imm(Alu::Add, R4, ETH_HLEN + VLAN_HLEN);
+    a.comment("truncated 802.1Q tag").jmp_reg(Cond::Gt, R4, R3, pass);
+    a.comment("r5 = inner EtherType").load(Size::H, R5, R2, ETH_TYPE + VLAN_HLEN as i16);
+    a.comment("r2 = data + 4: untagged offsets from here on").alu64_imm(Alu::Add, R2, VLAN_HLEN);
+
+    a.bind(l3);
+    a.comment("IPv4").jmp_imm(Cond::Eq, R5, net16(0x0800), ipv4);
+    a.comment("IPv6").jmp_imm(Cond::Eq, R5, net16(0x86dd), ipv6);
+    a.comment("ARP, a second tag (QinQ), anything else").ja(pass);
+
+    // IPv4.
+    a.bind(ipv4).mov64_reg(R4, R2);
+    a.alu64_imm(Alu::Add, R4, ETH_HLEN + IPV4_MIN_HLEN);
+    a.comment("truncated IPv4 header").jmp_reg(Cond::Gt, R4, R3, pass);
+    a.comment("r5 = version | IHL").load(Size::B, R5, R2, ETH_HLEN as i16);
+    a.mov64_reg(R4, R5);
+    a.alu64_imm(Alu::And, R4, 0xf0);
+    a.comment("version != 4").jmp_imm(Cond::Ne, R4, 0x40, pass);
+    a.alu64_imm(Alu::And, R5, 0x0f);
+    a.comment("IHL < 5 is malformed: kernel drops it").jmp_imm(Cond::Lt, R5, 5, pass);
+    a.comment("r4 = protocol").load(Size::B, R4, R2, (ETH_HLEN + 9) as i16);
+    a.comment("not UDP").jmp_imm(Cond::Ne, R4, 17, pass);
+    a.comment("r4 = flags | fragment offset").load(Size::H, R4, R2, (ETH_HLEN + 6) as i16);
+    a.comment("MF | offset (network order)").alu64_imm(Alu::And, R4, net16(0x3fff));
+    a.comment("fragments go to the kernel for reassembly").jmp_imm(Cond::Ne, R4, 0, pass);
+    a.comment("r5 = IHL * 4, in 20..=60").alu64_imm(Alu::Lsh, R5, 2);
+    a.comment("r2 = base + IP header length (UDP at r2 + 14)").alu64_reg(Alu::Add, R2, R5);
+    a.mov64_reg(R4, R2);
+    a.alu64_imm(Alu::Add, R4, ETH_HLEN + UDP_HLEN);
+    a.comment("truncated UDP header").jmp_reg(Cond::Gt, R4, R3, pass);
+    a.comment("r4 = UDP destination port").load(Size::H, R4, R2, (ETH_HLEN + 2) as i16);
+    a.ja(udp);
+
+    // IPv6 (fixed header + UDP directly).
+    a.bind(ipv6).mov64_reg(R4, R2);
+    a.alu64_imm(Alu::Add, R4, ETH_HLEN + IPV6_HLEN + UDP_HLEN);
+    a.comment("truncated IPv6 or UDP header").jmp_reg(Cond::Gt, R4, R3, pass);
+    a.comment("r4 = version | traffic class").load(Size::B, R4, R2, ETH_HLEN as i16);
+    a.alu64_imm(Alu::And, R4, 0xf0);
+    a.comment("version != 6").jmp_imm(Cond::Ne, R4, 0x60, pass);
+    a.comment("r4 = next header").load(Size::B, R4, R2, (ETH_HLEN + 6) as i16);
+    a.comment("not UDP (ICMPv6/ND, TCP, extension headers)").jmp_imm(Cond::Ne, R4, 17, pass);
+    a.comment("r4 = UDP destination port").load(Size::H, R4, R2, (ETH_HLEN + IPV6_HLEN + 2) as i16);
+
+    // Port check and redirect.
+    a.bind(udp);
+    a.comment("not our UDP port").jmp_imm(Cond::Ne, R4, net16(cfg.udp_port), pass);
+    a.comment("r1 = &xsks_map").ld_map_fd(R1, map_fd);
+    a.comment("r2 = ctx->rx_queue_index").load(Size::W, R2, R6, XDP_MD_RX_QUEUE_INDEX);
+    a.comment("r3 = action if the slot is empty").mov64_imm(R3, cfg.fallback as i32);
+    a.comment("bpf_redirect_map(map, queue, fallback)").call(BPF_FUNC_REDIRECT_MAP);
+    a.exit();
+
+    a.bind(pass);
+    a.comment("XDP_PASS").mov64_imm(R0, XdpAction::Pass as i32);
+    a.exit();
+
+    // The program is fixed and its labels are all bound: assembly cannot fail.
+    a.finish().expect("the XDP program assembles")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The listing in the crate docs is the listing of the production program (map fd
+    /// shown as 0). Regenerate with
+    /// `UROCE_WRITE_LISTING=1 cargo test -p uroce-xdp-prog listing`.
+    #[test]
+    fn listing_in_docs_is_current() {
+        let listing = assemble(&ProgramConfig::default(), 0).listing();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/listing.txt");
+        if std::env::var_os("UROCE_WRITE_LISTING").is_some() {
+            std::fs::write(path, &listing).unwrap();
+        }
+        assert_eq!(
+            listing,
+            include_str!("listing.txt"),
+            "src/listing.txt is stale; regenerate it (see the test's doc comment)"
+        );
+    }
+
+    #[test]
+    fn config_changes_only_the_port_and_fallback_immediates() {
+        let a = assemble(&ProgramConfig::default(), 3);
+        let b = assemble(&ProgramConfig { udp_port: 1234, fallback: XdpAction::Drop, frags: true }, 3);
+        assert_eq!(a.insns.len(), b.insns.len());
+        let diffs: Vec<usize> = (0..a.insns.len()).filter(|&i| a.insns[i] != b.insns[i]).collect();
+        assert_eq!(diffs.len(), 2, "{diffs:?}");
+        assert!(b.insns.iter().any(|i| i.imm == net16(1234)));
+    }
+
+    #[test]
+    fn net16_is_what_a_u16_load_sees() {
+        let bytes = [0x12u8, 0xb7]; // 4791 on the wire
+        assert_eq!(net16(4791), i32::from(u16::from_ne_bytes(bytes)));
+    }
+}

@@ -1,0 +1,167 @@
+//! Shared helpers for the privileged tests: the root/CI gate, frame builders, a netns guard.
+
+#![allow(dead_code)]
+
+use std::process::Command;
+
+/// True if the test may run. Not root: in CI (`CI=1`) this panics, otherwise it prints why
+/// the test is skipped and returns false.
+pub fn privileged(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    let reason = format!("{test}: needs root (CAP_BPF + CAP_NET_ADMIN)");
+    if std::env::var("CI").as_deref() == Ok("1") {
+        panic!("{reason}, and CI=1 forbids skipping");
+    }
+    // Straight to fd 2: libtest captures eprintln!, and a skip must be visible.
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {reason}");
+    false
+}
+
+pub const SRC_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+pub const DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+
+pub fn eth(ethertype: u16, vlan: Option<u16>) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&DST_MAC);
+    f.extend_from_slice(&SRC_MAC);
+    if let Some(tci) = vlan {
+        f.extend_from_slice(&0x8100u16.to_be_bytes());
+        f.extend_from_slice(&tci.to_be_bytes());
+    }
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f
+}
+
+pub fn udp(src: u16, dst: u16, payload: &[u8]) -> Vec<u8> {
+    let mut u = Vec::new();
+    u.extend_from_slice(&src.to_be_bytes());
+    u.extend_from_slice(&dst.to_be_bytes());
+    u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+/// IPv4 header with `options` (multiple of 4 bytes), protocol `proto`, frag field `frag`.
+pub fn ipv4(proto: u8, frag: u16, options: &[u8], l4: &[u8]) -> Vec<u8> {
+    assert_eq!(options.len() % 4, 0);
+    let ihl = 5 + options.len() / 4;
+    let total = ihl * 4 + l4.len();
+    let mut h = vec![
+        0x40 | ihl as u8,
+        0,
+        (total >> 8) as u8,
+        total as u8,
+        0x12,
+        0x34,
+        (frag >> 8) as u8,
+        frag as u8,
+        64,
+        proto,
+        0,
+        0,
+        10,
+        0,
+        0,
+        1,
+        10,
+        0,
+        0,
+        2,
+    ];
+    h.extend_from_slice(options);
+    let sum = checksum(&h);
+    h[10..12].copy_from_slice(&sum.to_be_bytes());
+    h.extend_from_slice(l4);
+    h
+}
+
+pub fn ipv6(next_header: u8, l4: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x60, 0, 0, 0];
+    h.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+    h.push(next_header);
+    h.push(64);
+    h.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    h.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    h.extend_from_slice(l4);
+    h
+}
+
+pub fn checksum(data: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for c in data.chunks(2) {
+        let w = if c.len() == 2 { u16::from_be_bytes([c[0], c[1]]) } else { u16::from_be_bytes([c[0], 0]) };
+        sum += u32::from(w);
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+pub fn cat(a: Vec<u8>, b: Vec<u8>) -> Vec<u8> {
+    let mut a = a;
+    a.extend_from_slice(&b);
+    a
+}
+
+/// A network namespace created with `ip netns add`, deleted on drop (also on panic).
+pub struct Netns {
+    pub name: String,
+}
+
+pub fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip(8)");
+    assert!(out.status.success(), "ip {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+pub fn ip_output(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().expect("run ip(8)");
+    assert!(out.status.success(), "ip {args:?} failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl Netns {
+    pub fn new(tag: &str) -> Self {
+        let name = format!("uxp{}{}", tag, std::process::id());
+        // A leftover from a crashed run with a recycled pid: remove it first.
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        ip(&["netns", "add", &name]);
+        let ns = Netns { name };
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Run `f` on a thread that has joined this namespace.
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        run_in(&self.name, f)
+    }
+}
+
+/// Run `f` on a new thread that has joined the named namespace; returns its result and
+/// re-raises its panic.
+pub fn run_in<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/run/netns/{name}");
+    {
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).expect("open netns");
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns on a valid netns fd; it changes only this thread's namespace.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+    }
+}
