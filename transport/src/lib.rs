@@ -1,8 +1,26 @@
-//! uroce-transport: the RoCEv2 reliable-connection (RC) protocol engine, sans-IO.
+//! # uroce-transport: the RoCEv2 reliable-connection engine, sans-IO
 //!
-//! This crate will hold the verbs objects (device context, PD, MR, CQ, QP) with libibverbs
-//! names and semantics, and the requester / responder / completer engine. It never touches
-//! sockets, threads, the clock or the OS RNG: time and frames come in through
-//! `handle_frame(now, ..)` / `handle_timeout(now)`, frames and completions go out through
-//! `poll_transmit` / `poll_timeout` / CQ polling.
+//! What a ConnectX NIC or Linux rxe does in hardware or in the kernel, as a pure state
+//! machine: verbs objects with libibverbs names and semantics ([`verbs`], [`Device`]) and the
+//! requester / responder / completer of an RC queue pair ([`qp`]).
+//!
+//! The engine never touches sockets, threads, the clock or the OS RNG. Frames and time come in
+//! ([`Device::handle_frame`], [`Device::handle_timeout`]); frames, timeouts and completions go
+//! out ([`Device::poll_transmit`], [`Device::poll_timeout`], [`Device::poll_cq`]). The AF_XDP
+//! runtime, the simulator ([`sim`]) and the fuzzers all drive it the same way.
 #![forbid(unsafe_code)]
+
+pub mod counters;
+pub mod cq;
+pub mod device;
+pub mod mr;
+pub mod qp;
+pub mod sim;
+pub mod time;
+pub mod verbs;
+
+pub use counters::Counters;
+pub use device::{Device, DeviceConfig, MrInfo, Quirks, RxDrop};
+pub use qp::AsyncEvent;
+pub use time::Instant;
+pub use verbs::*;

@@ -1,0 +1,86 @@
+//! Per-device counters, named like Linux rxe's `hw_counters` (`rxe_hw_counters.c`) where rxe
+//! has one, plus the drops rxe does not count (bad ICRC, unknown QP, wrong source, ...).
+
+macro_rules! counters {
+    ($( $(#[$m:meta])* $name:ident ),* $(,)?) => {
+        /// Device counters. Names match rxe's `/sys/class/infiniband/<dev>/ports/1/hw_counters`.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Counters { $( $(#[$m])* pub $name: u64, )* }
+
+        impl Counters {
+            /// `(name, value)` for every counter.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+                [$( (stringify!($name), self.$name), )*].into_iter()
+            }
+            /// `self - earlier`, field by field (saturating).
+            pub fn delta(&self, earlier: &Counters) -> Counters {
+                Counters { $( $name: self.$name.saturating_sub(earlier.$name), )* }
+            }
+            /// Field-by-field sum.
+            pub fn add(&mut self, o: &Counters) {
+                $( self.$name += o.$name; )*
+            }
+        }
+    };
+}
+
+counters! {
+    /// Packets sent.
+    sent_pkts,
+    /// Packets received and accepted (passed header, ICRC and QP checks).
+    rcvd_pkts,
+    /// Duplicate requests received (responder).
+    duplicate_request,
+    /// Out-of-sequence requests received (responder; each dropped).
+    out_of_seq_request,
+    /// RNR NAKs received (requester).
+    rcvd_rnr_err,
+    /// RNR NAKs sent (responder).
+    send_rnr_err,
+    /// PSN sequence error NAKs received (requester).
+    rcvd_seq_err,
+    /// ACKs coalesced into a later one instead of being sent.
+    ack_deferred,
+    /// Transport retry counter exhausted.
+    retry_exceeded_err,
+    /// RNR retry counter exhausted.
+    retry_rnr_exceeded_err,
+    /// Retries started by the completer (NAK, implicit NAK or timeout).
+    completer_retry_err,
+    /// Error NAKs sent (invalid request, remote access, remote operational).
+    send_err,
+    /// Link down events.
+    link_downed,
+    /// SEND messages sent.
+    rdma_sends,
+    /// SEND messages received.
+    rdma_recvs,
+    /// Local ACK timeouts (mlx5: local_ack_timeout_err).
+    local_ack_timeout_err,
+    /// Packets retransmitted (Go-Back-N).
+    retransmitted_pkts,
+    /// PSN sequence error NAKs sent.
+    send_seq_err,
+    /// Frames dropped: bad ICRC.
+    icrc_err,
+    /// Frames dropped: not a RoCEv2 frame uroce can decode (truncated, bad lengths, ...).
+    malformed_pkts,
+    /// Frames dropped: not for any local GID.
+    dropped_wrong_dst,
+    /// Frames dropped: unknown destination QP.
+    dropped_unknown_qp,
+    /// Frames dropped: source address differs from the QP's connected peer.
+    dropped_bad_src,
+    /// Frames dropped: P_Key mismatch.
+    dropped_bad_pkey,
+    /// Frames dropped: opcode not valid for the QP type or unsupported (UD/UC today).
+    dropped_bad_opcode,
+    /// Frames dropped: QP not in a state that receives.
+    dropped_qp_state,
+    /// Responses dropped as unexpected by the completer (stale or duplicate).
+    dropped_stale_response,
+    /// CNPs received.
+    rcvd_cnp,
+    /// Completions delivered beyond a CQ's capacity (an overflow; none are lost).
+    cq_overflow,
+}

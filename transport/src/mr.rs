@@ -1,0 +1,188 @@
+//! Memory regions: ownership of the registered memory, key generation, and the access and
+//! bounds checks both sides of a transfer need.
+//!
+//! A memory region *owns* its memory (`Box<[u8]>` moved in by `reg_mr`, handed back by
+//! `dereg_mr`), so safe code can neither free memory the engine still writes to nor alias it.
+//! Its virtual address is the buffer's address (as `ibv_reg_mr` uses the user pointer) unless
+//! an explicit IOVA is given (`ibv_reg_mr_iova`). L_Key and R_Key are the same random 32-bit
+//! value drawn from the device's seeded RNG: not sequential, not guessable from other keys.
+
+use crate::verbs::{AccessFlags, PdHandle};
+use std::collections::HashMap;
+
+/// A registered memory region.
+#[derive(Debug)]
+pub struct MemoryRegion {
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key (equal to `lkey`, as in rxe).
+    pub rkey: u32,
+    /// Virtual address of the first byte.
+    pub addr: u64,
+    /// Access rights.
+    pub access: AccessFlags,
+    /// Protection domain.
+    pub pd: PdHandle,
+    memory: Box<[u8]>,
+}
+
+impl MemoryRegion {
+    /// Bytes covered.
+    pub fn len(&self) -> usize {
+        self.memory.len()
+    }
+    /// Zero-length region?
+    pub fn is_empty(&self) -> bool {
+        self.memory.is_empty()
+    }
+    /// The memory.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.memory
+    }
+    /// The memory, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.memory
+    }
+    /// Offset of `[va, va + len)` inside the region, if it lies inside (`mr_check_range`).
+    pub fn offset_of(&self, va: u64, len: u64) -> Option<usize> {
+        let off = va.checked_sub(self.addr)?;
+        let end = off.checked_add(len)?;
+        (end <= self.memory.len() as u64).then_some(off as usize)
+    }
+}
+
+/// Why an access to a region is refused.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AccessError {
+    /// No region has this key.
+    NoSuchKey,
+    /// The region belongs to another protection domain.
+    WrongPd,
+    /// The region lacks the access right.
+    NoPermission,
+    /// The range is not inside the region.
+    OutOfBounds,
+}
+
+/// All regions of a device, by key.
+#[derive(Debug, Default)]
+pub struct MrTable {
+    by_key: HashMap<u32, MemoryRegion>,
+}
+
+impl MrTable {
+    /// Add a region under a fresh key drawn by `next_key` (retries on collision and on 0).
+    pub fn insert(
+        &mut self,
+        pd: PdHandle,
+        memory: Box<[u8]>,
+        iova: Option<u64>,
+        access: AccessFlags,
+        mut next_key: impl FnMut() -> u32,
+    ) -> (u32, u64) {
+        let key = loop {
+            let k = next_key();
+            if k != 0 && !self.by_key.contains_key(&k) {
+                break k;
+            }
+        };
+        let addr = iova.unwrap_or(memory.as_ptr() as u64);
+        self.by_key.insert(key, MemoryRegion { lkey: key, rkey: key, addr, access, pd, memory });
+        (key, addr)
+    }
+
+    /// Remove a region and hand its memory back.
+    pub fn remove(&mut self, key: u32) -> Option<Box<[u8]>> {
+        self.by_key.remove(&key).map(|m| m.memory)
+    }
+
+    /// Look up by key.
+    pub fn get(&self, key: u32) -> Option<&MemoryRegion> {
+        self.by_key.get(&key)
+    }
+
+    /// Look up by key, writable.
+    pub fn get_mut(&mut self, key: u32) -> Option<&mut MemoryRegion> {
+        self.by_key.get_mut(&key)
+    }
+
+    /// Number of regions in `pd`.
+    pub fn count_in_pd(&self, pd: PdHandle) -> usize {
+        self.by_key.values().filter(|m| m.pd == pd).count()
+    }
+
+    /// Check an access of `len` bytes at `va` through `key` from `pd` needing `need`; returns
+    /// the offset in the region. A zero `need` skips the permission check (local reads).
+    pub fn check(&self, key: u32, pd: PdHandle, va: u64, len: u64, need: AccessFlags) -> Result<usize, AccessError> {
+        let mr = self.by_key.get(&key).ok_or(AccessError::NoSuchKey)?;
+        if mr.pd != pd {
+            return Err(AccessError::WrongPd);
+        }
+        if !mr.access.contains(need) {
+            return Err(AccessError::NoPermission);
+        }
+        mr.offset_of(va, len).ok_or(AccessError::OutOfBounds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn table() -> (MrTable, u32, u64) {
+        let mut t = MrTable::default();
+        let mut k = 0x1234_0000u32;
+        let (key, addr) = t.insert(
+            PdHandle(1),
+            vec![0u8; 4096].into_boxed_slice(),
+            Some(0x10_0000),
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            || {
+                k += 1;
+                k
+            },
+        );
+        (t, key, addr)
+    }
+
+    #[test]
+    fn checks() {
+        let (t, key, addr) = table();
+        assert_eq!(addr, 0x10_0000);
+        assert_eq!(t.check(key, PdHandle(1), addr, 4096, AccessFlags::REMOTE_WRITE), Ok(0));
+        assert_eq!(t.check(key, PdHandle(1), addr + 4000, 96, AccessFlags::REMOTE_WRITE), Ok(4000));
+        assert_eq!(
+            t.check(key, PdHandle(1), addr + 4000, 97, AccessFlags::REMOTE_WRITE),
+            Err(AccessError::OutOfBounds)
+        );
+        assert_eq!(t.check(key, PdHandle(1), addr - 1, 1, AccessFlags::REMOTE_WRITE), Err(AccessError::OutOfBounds));
+        assert_eq!(t.check(key, PdHandle(1), u64::MAX, 2, AccessFlags::NONE), Err(AccessError::OutOfBounds));
+        assert_eq!(t.check(key, PdHandle(2), addr, 1, AccessFlags::NONE), Err(AccessError::WrongPd));
+        assert_eq!(t.check(key, PdHandle(1), addr, 1, AccessFlags::REMOTE_READ), Err(AccessError::NoPermission));
+        assert_eq!(t.check(key ^ 1, PdHandle(1), addr, 1, AccessFlags::NONE), Err(AccessError::NoSuchKey));
+    }
+
+    #[test]
+    fn default_address_is_the_buffer() {
+        let mut t = MrTable::default();
+        let mem = vec![0u8; 64].into_boxed_slice();
+        let p = mem.as_ptr() as u64;
+        let (_, addr) = t.insert(PdHandle(0), mem, None, AccessFlags::NONE, || 7);
+        assert_eq!(addr, p);
+    }
+
+    proptest! {
+        /// The bounds check against a naive model.
+        #[test]
+        fn bounds_model(va in any::<u64>(), len in any::<u64>()) {
+            let (t, key, addr) = table();
+            let naive = va >= addr && (va as u128 + len as u128) <= addr as u128 + 4096;
+            let got = t.check(key, PdHandle(1), va, len, AccessFlags::NONE);
+            prop_assert_eq!(got.is_ok(), naive);
+            if let Ok(off) = got {
+                prop_assert_eq!(off as u64, va - addr);
+            }
+        }
+    }
+}

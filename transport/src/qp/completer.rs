@@ -1,0 +1,336 @@
+//! The completer: ACKs, NAKs, READ responses and atomic ACKs → completed send WQEs, in order.
+//!
+//! * An ACK for PSN `a` acknowledges every request up to `a` (IBTA §9.7.5.1.2: ACKs are
+//!   cumulative; coalesced ACKs are just ACKs for later PSNs).
+//! * READ responses and atomic ACKs implicitly acknowledge earlier SEND/WRITE requests; an
+//!   ACK or response *past* a READ/atomic whose response has not arrived is an implicit NAK
+//!   (§9.7.5.1.4; rxe `check_psn`): that READ/atomic is retried.
+//! * NAK PSN sequence error for `n`: everything before `n` is acknowledged, resend from `n`
+//!   (Go-Back-N, §9.7.5.1.1), counting against `retry_cnt`.
+//! * RNR NAK: wait the RNR timer (Table 45), resend from its PSN, counting against
+//!   `rnr_retry` (7 = infinite, §9.7.5.2.8).
+//! * Other NAKs complete the WQE with the matching error and move the QP to ERR (§9.7.5.2).
+//! * Local ACK timeout: resend from the oldest unacknowledged PSN (§9.7.6.1.3), counting
+//!   against `retry_cnt`. Retry counters reset on forward progress (rxe `reset_retry_counters`).
+
+use super::requester::scatter;
+use super::{Ctx, Qp};
+use crate::time::local_ack_timeout;
+use crate::verbs::*;
+use uroce_wire::opcode::Operation;
+use uroce_wire::{NakCode, ParsedFrame, Psn, RnrTimer, Syndrome};
+
+/// Why a retry starts.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum RetryCause {
+    /// NAK PSN sequence error.
+    SeqNak,
+    /// An ACK or response past a READ/atomic that got no response.
+    Implicit,
+    /// Local ACK timeout.
+    Timeout,
+}
+
+impl Qp {
+    fn retry_infinite(&self, ctx: &Ctx<'_>) -> bool {
+        ctx.cfg.quirks.retry_cnt_7_infinite && self.attr.retry_cnt == 7
+    }
+
+    /// Complete the oldest WQE with `status`.
+    fn complete_head(&mut self, ctx: &mut Ctx<'_>, status: WcStatus, vendor_err: u32) {
+        let head = self.sq.head;
+        let w = self.sq.get(head);
+        if w.opcode.is_read_or_atomic() && w.psn_assigned {
+            self.req.rd_atomic_inflight = self.req.rd_atomic_inflight.saturating_sub(1);
+        }
+        // IBTA 10.7.3.1: an errored WR always completes, even when unsignaled.
+        if status != WcStatus::Success || w.signaled {
+            let wc = WorkCompletion {
+                wr_id: w.wr_id,
+                status,
+                opcode: w.opcode.wc_opcode(),
+                vendor_err,
+                byte_len: if w.opcode.is_atomic() { 8 } else { w.length },
+                qp_num: self.qpn.value(),
+                ..Default::default()
+            };
+            ctx.complete(self.send_cq, wc);
+        }
+        self.sq.head += 1;
+        if self.req.cur < self.sq.head {
+            self.req.cur = self.sq.head;
+            self.req.cur_off = 0;
+        }
+    }
+
+    /// Complete the head WQE with an error and move the QP to ERR (flushing the rest).
+    fn fail_head(&mut self, ctx: &mut Ctx<'_>, status: WcStatus, vendor_err: u32) {
+        if self.sq.head != self.sq.tail {
+            self.complete_head(ctx, status, vendor_err);
+        }
+        self.enter_error(ctx, true);
+    }
+
+    /// The head WQE failed a local check before sending (bad SGE).
+    pub(crate) fn complete_local_error(&mut self, ctx: &mut Ctx<'_>) {
+        let st = self.sq.get(self.sq.head).local_err.unwrap_or(WcStatus::LocQpOpErr);
+        self.fail_head(ctx, st, 0);
+    }
+
+    /// Acknowledge every request up to and including `a`. `Err(psn)` = implicit NAK: a READ or
+    /// atomic before `a` is missing its response, resend from `psn`.
+    fn ack_through(&mut self, ctx: &mut Ctx<'_>, a: Psn) -> Result<(), Psn> {
+        let mtu = self.mtu() as u32;
+        while self.sq.head != self.sq.tail && self.state != QpState::Err {
+            let w = self.sq.get(self.sq.head);
+            if w.local_err.is_some() && !w.psn_assigned {
+                self.complete_local_error(ctx);
+                return Ok(());
+            }
+            if !w.psn_assigned || w.last_psn.after(a) {
+                break;
+            }
+            if w.opcode.is_read_or_atomic() {
+                return Err(w.first_psn.add(w.read_rcvd / mtu));
+            }
+            self.complete_head(ctx, WcStatus::Success, 0);
+        }
+        self.advance_una(ctx, a.add(1));
+        Ok(())
+    }
+
+    /// Move the oldest-unacknowledged PSN forward to `to` if that is progress.
+    fn advance_una(&mut self, ctx: &mut Ctx<'_>, to: Psn) {
+        if !to.after(self.req.una) || to.after(self.req.high_psn) {
+            return;
+        }
+        self.req.una = to;
+        // Forward progress resets the retry counters (rxe `reset_retry_counters`).
+        self.req.retry_left = self.attr.retry_cnt;
+        self.req.rnr_left = self.attr.rnr_retry;
+        if let Some(r) = self.req.retrying_from {
+            if to.after(r) {
+                self.req.retrying_from = None;
+            }
+        }
+        self.rearm_retransmit(ctx);
+        if self.state == QpState::Sqd && self.req.una == self.req.high_psn && self.sq.head == self.sq.tail {
+            ctx.events.push_back(super::AsyncEvent::SqDrained(self.qpn.value()));
+        }
+    }
+
+    /// Restart the local ACK timer if requests are outstanding, else stop it.
+    fn rearm_retransmit(&mut self, ctx: &Ctx<'_>) {
+        self.req.retrans_deadline = if self.req.una.before(self.req.high_psn) {
+            local_ack_timeout(self.attr.timeout).map(|t| ctx.now + t)
+        } else {
+            None
+        };
+    }
+
+    /// Start a Go-Back-N retry from `psn`, or fail the QP when the retries are used up.
+    pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, psn: Psn, cause: RetryCause) {
+        if cause != RetryCause::Timeout && self.req.retrying_from == Some(psn) {
+            // The same retry is already under way; this is the old flight arriving.
+            ctx.counters.dropped_stale_response += 1;
+            return;
+        }
+        if self.req.retry_left == 0 && !self.retry_infinite(ctx) {
+            ctx.counters.retry_exceeded_err += 1;
+            self.fail_head(ctx, WcStatus::RetryExcErr, 0);
+            return;
+        }
+        if !self.retry_infinite(ctx) {
+            self.req.retry_left -= 1;
+        }
+        ctx.counters.completer_retry_err += 1;
+        self.rewind(psn);
+        self.req.retrying_from = Some(psn);
+        self.rearm_retransmit(ctx);
+    }
+
+    /// The local ACK timer fired.
+    pub(crate) fn on_retransmit_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        self.req.retrans_deadline = None;
+        if self.state != QpState::Rts && self.state != QpState::Sqd {
+            return;
+        }
+        if !self.req.una.before(self.req.high_psn) {
+            return;
+        }
+        ctx.counters.local_ack_timeout_err += 1;
+        let una = self.req.una;
+        self.retry(ctx, una, RetryCause::Timeout);
+    }
+
+    /// The RNR wait ended: resend from the NAKed PSN.
+    pub(crate) fn on_rnr_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        self.req.rnr_deadline = None;
+        if self.state != QpState::Rts && self.state != QpState::Sqd {
+            return;
+        }
+        let psn = self.req.rnr_psn;
+        self.rewind(psn);
+        self.req.retrying_from = Some(psn);
+        self.rearm_retransmit(ctx);
+    }
+
+    /// A response (ACK, NAK, READ response, atomic ACK) arrived for this QP.
+    pub(crate) fn handle_response(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>) {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            ctx.counters.dropped_qp_state += 1;
+            return;
+        }
+        let r = p.roce.bth.psn;
+        let info = p.roce.bth.opcode.info().expect("parse_frame only returns known opcodes");
+        // A response for a PSN never sent, or for one already acknowledged: stale.
+        if r.diff(self.req.high_psn) >= 0 || r.before(self.req.una) {
+            ctx.counters.dropped_stale_response += 1;
+            return;
+        }
+        match info.operation {
+            Operation::Acknowledge => self.on_ack(ctx, p, r),
+            Operation::AtomicAcknowledge => self.on_atomic_ack(ctx, p, r),
+            Operation::ReadResponse => self.on_read_response(ctx, p, r),
+            _ => ctx.counters.dropped_bad_opcode += 1,
+        }
+    }
+
+    fn on_ack(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>, r: Psn) {
+        let Some(aeth) = p.roce.ext.aeth else { return };
+        match aeth.syndrome {
+            Syndrome::Ack(_) => {
+                if let Err(psn) = self.ack_through(ctx, r) {
+                    self.retry(ctx, psn, RetryCause::Implicit);
+                }
+            }
+            Syndrome::RnrNak(t) => {
+                ctx.counters.rcvd_rnr_err += 1;
+                if let Err(psn) = self.ack_through(ctx, r.sub(1)) {
+                    return self.retry(ctx, psn, RetryCause::Implicit);
+                }
+                self.on_rnr_nak(ctx, r, t);
+            }
+            Syndrome::Nak(NakCode::PsnSequenceError) => {
+                ctx.counters.rcvd_seq_err += 1;
+                // "A NAK implicitly acknowledges all packets with PSNs before it."
+                let psn = match self.ack_through(ctx, r.sub(1)) {
+                    Err(earlier) => earlier,
+                    Ok(()) => r,
+                };
+                if self.state != QpState::Err {
+                    self.retry(ctx, psn, RetryCause::SeqNak);
+                }
+            }
+            Syndrome::Nak(code) => {
+                let _ = self.ack_through(ctx, r.sub(1));
+                let status = match code {
+                    NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                    NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                    NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                    NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
+                    NakCode::PsnSequenceError | NakCode::Reserved(_) => WcStatus::BadRespErr,
+                };
+                if self.state != QpState::Err {
+                    self.fail_head(ctx, status, aeth.syndrome.to_byte() as u32);
+                }
+            }
+            Syndrome::Reserved(_) => ctx.counters.dropped_stale_response += 1,
+        }
+    }
+
+    fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, r: Psn, t: RnrTimer) {
+        if self.state == QpState::Err {
+            return;
+        }
+        // rnr_retry 7 means retry forever (IBTA §9.7.5.2.8).
+        if self.attr.rnr_retry != 7 {
+            if self.req.rnr_left == 0 {
+                ctx.counters.retry_rnr_exceeded_err += 1;
+                return self.fail_head(ctx, WcStatus::RnrRetryExcErr, 0);
+            }
+            self.req.rnr_left -= 1;
+        }
+        self.req.rnr_psn = r;
+        self.req.rnr_deadline = Some(ctx.now + core::time::Duration::from_micros(t.micros() as u64));
+        self.req.retrans_deadline = None;
+        self.rewind(r);
+    }
+
+    fn on_atomic_ack(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>, r: Psn) {
+        if let Err(psn) = self.ack_through(ctx, r.sub(1)) {
+            return self.retry(ctx, psn, RetryCause::Implicit);
+        }
+        if self.sq.head == self.sq.tail {
+            ctx.counters.dropped_stale_response += 1;
+            return;
+        }
+        let w = self.sq.get(self.sq.head);
+        if !(w.opcode.is_atomic() && w.psn_assigned && w.first_psn == r) {
+            ctx.counters.dropped_stale_response += 1;
+            return;
+        }
+        let orig = p.roce.ext.atomic_ack_eth.map_or(0, |a| a.orig);
+        let sges = w.sges;
+        let n = w.num_sge;
+        // The original value lands in the local buffer in host (little-endian) order, as rxe
+        // stores it.
+        let st = scatter(ctx.mrs, self.pd, &sges[..n], 0, &orig.to_le_bytes());
+        match st {
+            Ok(()) => {
+                self.complete_head(ctx, WcStatus::Success, 0);
+                self.advance_una(ctx, r.add(1));
+            }
+            Err(e) => self.fail_head(ctx, e, 0),
+        }
+    }
+
+    fn on_read_response(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>, r: Psn) {
+        if let Err(psn) = self.ack_through(ctx, r.sub(1)) {
+            return self.retry(ctx, psn, RetryCause::Implicit);
+        }
+        if self.sq.head == self.sq.tail || self.state == QpState::Err {
+            ctx.counters.dropped_stale_response += 1;
+            return;
+        }
+        let mtu = self.mtu() as u32;
+        let w = self.sq.get(self.sq.head);
+        if w.opcode != WrOpcode::RdmaRead || !w.psn_assigned || !r.within(w.first_psn, w.last_psn) {
+            ctx.counters.dropped_stale_response += 1;
+            return;
+        }
+        let expected = w.first_psn.add(w.read_rcvd / mtu);
+        if r.after(expected) {
+            // Responses before this one were lost: implicit NAK.
+            return self.retry(ctx, expected, RetryCause::Implicit);
+        }
+        if r.before(expected) {
+            ctx.counters.dropped_stale_response += 1;
+            return;
+        }
+        let payload = p.payload();
+        let remaining = w.length - w.read_rcvd;
+        let end = p.roce.bth.opcode.info().is_some_and(|i| i.position.is_end());
+        // C9-92 on the requester side: non-final responses carry exactly the PMTU, the final
+        // one the rest.
+        let len_ok =
+            if end { payload.len() as u32 == remaining } else { payload.len() as u32 == mtu && remaining > mtu };
+        if !len_ok {
+            return self.fail_head(ctx, WcStatus::BadRespErr, 0);
+        }
+        let sges = w.sges;
+        let n = w.num_sge;
+        let off = w.read_rcvd as u64;
+        if let Err(e) = scatter(ctx.mrs, self.pd, &sges[..n], off, payload) {
+            return self.fail_head(ctx, e, 0);
+        }
+        let head = self.sq.head;
+        let w = self.sq.get_mut(head);
+        w.read_rcvd += payload.len() as u32;
+        let done = w.read_rcvd == w.length;
+        if done {
+            self.complete_head(ctx, WcStatus::Success, 0);
+        }
+        self.advance_una(ctx, r.add(1));
+    }
+}

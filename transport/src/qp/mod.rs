@@ -1,0 +1,331 @@
+//! Reliable-connection queue pairs: the state, the queues, and the three roles of Linux rxe
+//! (requester, completer, responder) as plain methods that return what they did instead of
+//! scheduling each other through shared flags.
+//!
+//! * [`requester`]: turns send WQEs into request packets (segmentation by path MTU, PSNs,
+//!   AckReq cadence, send window, max_rd_atomic, fences) and rewinds for Go-Back-N.
+//! * [`completer`]: matches ACKs, NAKs, READ responses and atomic ACKs to send WQEs,
+//!   completes them in order, starts retries (NAK, implicit NAK, RNR, timeout).
+//! * [`responder`]: checks and executes incoming requests (PSN, opcode sequence, access,
+//!   resources, length, R_Key), writes memory, and produces ACKs, NAKs and READ responses.
+
+pub mod completer;
+pub mod requester;
+pub mod responder;
+pub mod state;
+
+use crate::counters::Counters;
+use crate::cq::Cq;
+use crate::device::DeviceConfig;
+use crate::mr::MrTable;
+use crate::time::Instant;
+use crate::verbs::*;
+use std::collections::VecDeque;
+use uroce_wire::{Psn, Qpn};
+
+/// Scatter/gather entries a WQE slot holds.
+pub const MAX_SGE: usize = 16;
+/// Largest message (IBTA: 2^31 bytes; C9-94 for RETH DMA length).
+pub const MAX_MSG_SIZE: u64 = 1 << 31;
+
+/// Everything a QP needs from the device while it runs.
+pub(crate) struct Ctx<'a> {
+    pub now: Instant,
+    pub cfg: &'a DeviceConfig,
+    pub mrs: &'a mut MrTable,
+    pub cqs: &'a mut [Option<Cq>],
+    pub counters: &'a mut Counters,
+    pub events: &'a mut VecDeque<AsyncEvent>,
+}
+
+impl Ctx<'_> {
+    /// Deliver a completion (never lost: an overflowing CQ keeps it and raises an event).
+    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
+        if let Some(Some(q)) = self.cqs.get_mut(cq.0 as usize) {
+            if !q.push(wc) {
+                self.counters.cq_overflow += 1;
+                self.events.push_back(AsyncEvent::CqError(cq));
+            }
+        }
+    }
+}
+
+/// Asynchronous events (`enum ibv_event_type`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AsyncEvent {
+    /// IBV_EVENT_QP_FATAL: the QP went to the error state because of a transport error.
+    QpFatal(u32),
+    /// IBV_EVENT_SQ_DRAINED: the send queue of a QP in SQD has no outstanding WQEs.
+    SqDrained(u32),
+    /// IBV_EVENT_CQ_ERR: a CQ overflowed.
+    CqError(CqHandle),
+}
+
+/// A posted send work request, in a preallocated slot.
+#[derive(Clone, Debug)]
+pub(crate) struct SendWqe {
+    pub wr_id: u64,
+    pub opcode: WrOpcode,
+    pub flags: SendFlags,
+    pub signaled: bool,
+    pub sges: [Sge; MAX_SGE],
+    pub num_sge: usize,
+    /// Inline payload (copied at post time), when `INLINE`.
+    pub inline: Vec<u8>,
+    pub is_inline: bool,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub compare_add: u64,
+    pub swap: u64,
+    pub imm_data: u32,
+    pub invalidate_rkey: u32,
+    /// Total bytes.
+    pub length: u32,
+    /// PSNs assigned (first packet sent at least once).
+    pub psn_assigned: bool,
+    pub first_psn: Psn,
+    pub last_psn: Psn,
+    /// READ: bytes of response received.
+    pub read_rcvd: u32,
+    /// READ: byte offset the last READ request (first or retried) started at; its responses
+    /// restart with FIRST/ONLY there.
+    pub read_req_off: u32,
+    /// A local error found before the first packet (bad SGE): the WQE completes with it, in
+    /// order, and the QP goes to the error state.
+    pub local_err: Option<WcStatus>,
+}
+
+impl SendWqe {
+    fn empty(max_inline: usize) -> SendWqe {
+        SendWqe {
+            wr_id: 0,
+            opcode: WrOpcode::Send,
+            flags: SendFlags::NONE,
+            signaled: false,
+            sges: [Sge::default(); MAX_SGE],
+            num_sge: 0,
+            inline: Vec::with_capacity(max_inline),
+            is_inline: false,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            imm_data: 0,
+            invalidate_rkey: 0,
+            length: 0,
+            psn_assigned: false,
+            first_psn: Psn::new(0),
+            last_psn: Psn::new(0),
+            read_rcvd: 0,
+            read_req_off: 0,
+            local_err: None,
+        }
+    }
+    pub fn sges(&self) -> &[Sge] {
+        &self.sges[..self.num_sge]
+    }
+    /// Packets (SEND/WRITE) or PSNs (READ: response packets) this WQE uses at `mtu`.
+    pub fn npkts(&self, mtu: usize) -> u32 {
+        match self.opcode {
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 1,
+            _ => (self.length as usize).div_ceil(mtu).max(1) as u32,
+        }
+    }
+}
+
+/// A posted receive work request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecvWqe {
+    pub wr_id: u64,
+    pub sges: [Sge; MAX_SGE],
+    pub num_sge: usize,
+    pub length: u64,
+}
+
+impl RecvWqe {
+    pub fn sges(&self) -> &[Sge] {
+        &self.sges[..self.num_sge]
+    }
+}
+
+/// The send queue: a ring of preallocated slots; `head` is the oldest uncompleted WQE and
+/// `tail` the next free slot (free-running counters).
+#[derive(Debug)]
+pub(crate) struct SendQueue {
+    slots: Vec<SendWqe>,
+    pub head: u64,
+    pub tail: u64,
+}
+
+impl SendQueue {
+    fn new(depth: usize, max_inline: usize) -> SendQueue {
+        SendQueue { slots: (0..depth).map(|_| SendWqe::empty(max_inline)).collect(), head: 0, tail: 0 }
+    }
+    pub fn len(&self) -> usize {
+        (self.tail - self.head) as usize
+    }
+    pub fn is_full(&self) -> bool {
+        self.len() == self.slots.len()
+    }
+    pub fn get(&self, i: u64) -> &SendWqe {
+        &self.slots[(i % self.slots.len() as u64) as usize]
+    }
+    pub fn get_mut(&mut self, i: u64) -> &mut SendWqe {
+        let n = self.slots.len() as u64;
+        &mut self.slots[(i % n) as usize]
+    }
+}
+
+/// A reliable-connection queue pair.
+#[derive(Debug)]
+pub struct Qp {
+    pub(crate) qpn: Qpn,
+    pub(crate) pd: PdHandle,
+    pub(crate) send_cq: CqHandle,
+    pub(crate) recv_cq: CqHandle,
+    pub(crate) cap: QpCap,
+    pub(crate) sq_sig_all: bool,
+    pub(crate) state: QpState,
+    pub(crate) attr: QpAttr,
+    pub(crate) sq: SendQueue,
+    pub(crate) rq: VecDeque<RecvWqe>,
+    pub(crate) req: requester::Requester,
+    pub(crate) resp: responder::Responder,
+    /// Headers of every frame this QP sends (built when the path is set).
+    pub(crate) template: Option<crate::device::FrameTemplate>,
+    /// Earliest time the next request packet may leave (pacing; congestion control sets it).
+    pub(crate) next_departure: Instant,
+    pub(crate) in_ready: bool,
+    /// Deadlines currently registered with the device's timer set.
+    pub(crate) armed: [Option<Instant>; 2],
+}
+
+/// Timers a QP uses.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
+pub(crate) enum TimerKind {
+    /// Local ACK timeout (retransmit).
+    Retransmit = 0,
+    /// Waiting after an RNR NAK.
+    Rnr = 1,
+}
+
+impl Qp {
+    pub(crate) fn new(qpn: Qpn, pd: PdHandle, init: &QpInitAttr) -> Qp {
+        Qp {
+            qpn,
+            pd,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+            state: QpState::Reset,
+            attr: QpAttr::default(),
+            sq: SendQueue::new(init.cap.max_send_wr as usize, init.cap.max_inline_data as usize),
+            rq: VecDeque::with_capacity(init.cap.max_recv_wr as usize),
+            req: requester::Requester::default(),
+            resp: responder::Responder::default(),
+            template: None,
+            next_departure: Instant::ZERO,
+            in_ready: false,
+            armed: [None; 2],
+        }
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn.value()
+    }
+
+    /// The state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// Current attributes (`ibv_query_qp`).
+    pub fn attr(&self) -> QpAttr {
+        let mut a = self.attr;
+        a.qp_state = self.state;
+        a.cur_qp_state = self.state;
+        a.sq_psn = self.req.next_psn.value();
+        a.rq_psn = self.resp.epsn.value();
+        a
+    }
+
+    /// Path MTU in bytes.
+    pub(crate) fn mtu(&self) -> usize {
+        self.attr.path_mtu.bytes()
+    }
+
+    /// Deadline of a timer kind, as the QP wants it now.
+    pub(crate) fn deadline(&self, k: TimerKind) -> Option<Instant> {
+        match k {
+            TimerKind::Retransmit => self.req.retrans_deadline,
+            TimerKind::Rnr => self.req.rnr_deadline,
+        }
+    }
+
+    /// Does the QP have anything to transmit right now (or once a timer fires)?
+    pub(crate) fn has_output(&self) -> bool {
+        !self.resp.out.is_empty() || (self.req.cur != self.sq.tail && self.state == QpState::Rts)
+    }
+
+    /// Move to the error state: flush every outstanding WQE with WR_FLUSH_ERR (IBTA 10.7.3.1:
+    /// errored and flushed WRs always complete, signaled or not), stop timers.
+    pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>, fatal: bool) {
+        if self.state == QpState::Err {
+            return;
+        }
+        self.state = QpState::Err;
+        if fatal {
+            ctx.events.push_back(AsyncEvent::QpFatal(self.qpn.value()));
+        }
+        self.flush(ctx);
+    }
+
+    /// Complete every WQE left in both queues with WR_FLUSH_ERR.
+    pub(crate) fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        while self.sq.head != self.sq.tail {
+            let w = self.sq.get(self.sq.head);
+            let wc = WorkCompletion {
+                wr_id: w.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: w.opcode.wc_opcode(),
+                qp_num: self.qpn.value(),
+                ..Default::default()
+            };
+            ctx.complete(self.send_cq, wc);
+            self.sq.head += 1;
+        }
+        self.req.cur = self.sq.tail;
+        self.req.cur_off = 0;
+        self.req.rd_atomic_inflight = 0;
+        self.req.retrans_deadline = None;
+        self.req.rnr_deadline = None;
+        self.resp.msg = responder::InMsg::None;
+        while let Some(w) = self.rq.pop_front() {
+            ctx.complete(self.recv_cq, self.flushed_recv(w.wr_id));
+        }
+    }
+
+    fn flushed_recv(&self, wr_id: u64) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status: WcStatus::WrFlushErr,
+            opcode: WcOpcode::Recv,
+            qp_num: self.qpn.value(),
+            ..Default::default()
+        }
+    }
+
+    /// Reset: back to a fresh QP (queues emptied without completions, as `ibv_modify_qp` to
+    /// RESET does).
+    pub(crate) fn reset(&mut self) {
+        self.sq.head = self.sq.tail;
+        self.rq.clear();
+        self.req = requester::Requester { cur: self.sq.tail, ..Default::default() };
+        self.resp = responder::Responder::default();
+        self.template = None;
+        self.attr = QpAttr::default();
+        self.state = QpState::Reset;
+    }
+}

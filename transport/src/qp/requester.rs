@@ -1,0 +1,400 @@
+//! The requester: send WQEs → request packets.
+//!
+//! Segmentation by path MTU (IBTA §9.7.2; C9-92: FIRST/MIDDLE carry exactly the PMTU), one PSN
+//! per packet and per READ response packet (§9.7.1; rxe `update_wqe_psn`), AckReq on the last
+//! packet of every message and after every `ack_req_interval` packets without one (rxe
+//! `init_req_packet`: `ack_req = END || noack_pkts++ > RXE_MAX_PKT_PER_ACK`), a send window of
+//! `send_window` PSNs beyond the oldest unacknowledged one (rxe `RXE_MAX_UNACKED_PSNS`), at
+//! most `max_rd_atomic` READs/atomics outstanding (§9.5, C9-134), fences (§10.8.3.3).
+
+use super::{Ctx, Qp, MAX_MSG_SIZE, MAX_SGE};
+use crate::mr::MrTable;
+use crate::time::{local_ack_timeout, Instant};
+use crate::verbs::*;
+use uroce_wire::opcode::{Operation, Position, Transport};
+use uroce_wire::{AtomicEthRepr, ExtHeaders, Opcode, Psn, RethRepr};
+
+/// Requester state.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    /// PSN of the next packet to send.
+    pub next_psn: Psn,
+    /// Highest PSN ever sent + 1 (to count retransmissions).
+    pub high_psn: Psn,
+    /// SQ index of the WQE being sent (`sq.tail` when idle).
+    pub cur: u64,
+    /// Bytes of `cur` already sent, or the offset a retried READ resumes at.
+    pub cur_off: u32,
+    /// Oldest unacknowledged PSN.
+    pub una: Psn,
+    /// Packets sent since the last AckReq.
+    pub noack_pkts: u32,
+    /// READ/atomic WQEs sent and not completed.
+    pub rd_atomic_inflight: u32,
+    /// Transport retries left before RETRY_EXC_ERR.
+    pub retry_left: u8,
+    /// RNR retries left before RNR_RETRY_EXC_ERR.
+    pub rnr_left: u8,
+    /// Local ACK timeout deadline.
+    pub retrans_deadline: Option<Instant>,
+    /// End of the wait after an RNR NAK.
+    pub rnr_deadline: Option<Instant>,
+    /// PSN to resume at when the RNR wait ends.
+    pub rnr_psn: Psn,
+    /// A Go-Back-N retry from this PSN is under way (rxe `started_retry`): responses past it
+    /// are from the old flight and do not start another retry until the stream is back in order.
+    pub retrying_from: Option<Psn>,
+}
+
+/// Where to find a WQE's payload bytes.
+pub(crate) struct Source<'a> {
+    pub sges: &'a [Sge],
+    pub inline: Option<&'a [u8]>,
+}
+
+/// Copy `dst.len()` bytes starting `off` bytes into the WQE's gather list. Fails when an SGE no
+/// longer names a region of `pd` covering it (deregistered after posting).
+pub(crate) fn gather(mrs: &MrTable, pd: PdHandle, src: &Source<'_>, mut off: u64, dst: &mut [u8]) -> Result<(), ()> {
+    if let Some(data) = src.inline {
+        let off = off as usize;
+        dst.copy_from_slice(data.get(off..off + dst.len()).ok_or(())?);
+        return Ok(());
+    }
+    let mut done = 0usize;
+    for sge in src.sges {
+        if done == dst.len() {
+            break;
+        }
+        let l = sge.length as u64;
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let n = ((l - off) as usize).min(dst.len() - done);
+        let mo = mrs.check(sge.lkey, pd, sge.addr + off, n as u64, AccessFlags::NONE).map_err(|_| ())?;
+        let mr = mrs.get(sge.lkey).ok_or(())?;
+        dst[done..done + n].copy_from_slice(&mr.as_slice()[mo..mo + n]);
+        done += n;
+        off = 0;
+    }
+    if done == dst.len() {
+        Ok(())
+    } else {
+        Err(())
+    }
+}
+
+/// Copy `src` into the scatter list starting `off` bytes in. Needs LOCAL_WRITE on each region.
+pub(crate) fn scatter(mrs: &mut MrTable, pd: PdHandle, sges: &[Sge], mut off: u64, src: &[u8]) -> Result<(), WcStatus> {
+    let mut done = 0usize;
+    for sge in sges {
+        if done == src.len() {
+            break;
+        }
+        let l = sge.length as u64;
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let n = ((l - off) as usize).min(src.len() - done);
+        let mo = mrs
+            .check(sge.lkey, pd, sge.addr + off, n as u64, AccessFlags::LOCAL_WRITE)
+            .map_err(|_| WcStatus::LocProtErr)?;
+        let mr = mrs.get_mut(sge.lkey).ok_or(WcStatus::LocProtErr)?;
+        mr.as_mut_slice()[mo..mo + n].copy_from_slice(&src[done..done + n]);
+        done += n;
+        off = 0;
+    }
+    if done == src.len() {
+        Ok(())
+    } else {
+        Err(WcStatus::LocLenErr)
+    }
+}
+
+/// Check every SGE of a WQE against the MR table (`need` = LOCAL_WRITE for READ/atomic
+/// destinations, nothing for gather sources).
+pub(crate) fn check_sges(mrs: &MrTable, pd: PdHandle, sges: &[Sge], need: AccessFlags) -> Result<(), WcStatus> {
+    for s in sges {
+        mrs.check(s.lkey, pd, s.addr, s.length as u64, need).map_err(|_| WcStatus::LocProtErr)?;
+    }
+    Ok(())
+}
+
+impl Qp {
+    /// Validate and queue a send WR (`ibv_post_send`).
+    pub(crate) fn post_send(&mut self, ctx: &mut Ctx<'_>, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Err => {}
+            s => return Err(VerbsError::InvalidState(s)),
+        }
+        if wr.sg_list.len() > (self.cap.max_send_sge as usize).min(MAX_SGE) {
+            return Err(VerbsError::InvalidArgument("num_sge exceeds max_send_sge"));
+        }
+        if self.sq.is_full() {
+            return Err(VerbsError::QueueFull);
+        }
+        let inline = wr.send_flags.contains(SendFlags::INLINE)
+            && matches!(
+                wr.opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::SendWithInv
+                    | WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
+            );
+        let length: u64 = wr.sg_list.iter().map(|s| s.length as u64).sum();
+        if length > MAX_MSG_SIZE {
+            return Err(VerbsError::InvalidArgument("message larger than 2^31 bytes"));
+        }
+        if inline && length > self.cap.max_inline_data as u64 {
+            return Err(VerbsError::InvalidArgument("inline data exceeds max_inline_data"));
+        }
+        if wr.opcode.is_atomic() {
+            // libibverbs / rxe: one 8-byte SGE, 8-byte aligned remote address.
+            if length != 8 || wr.sg_list.len() != 1 {
+                return Err(VerbsError::InvalidArgument("atomic needs one 8-byte SGE"));
+            }
+            if wr.remote_addr & 7 != 0 {
+                return Err(VerbsError::InvalidArgument("atomic remote address not 8-byte aligned"));
+            }
+        }
+        // An inline SGE list is read now; a bad one fails the post (the data cannot be copied).
+        let mut inline_err = false;
+        let idx = self.sq.tail;
+        let mrs = &*ctx.mrs;
+        let pd = self.pd;
+        let w = self.sq.get_mut(idx);
+        w.wr_id = wr.wr_id;
+        w.opcode = wr.opcode;
+        w.flags = wr.send_flags;
+        w.signaled = self.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED);
+        w.num_sge = wr.sg_list.len();
+        w.sges[..w.num_sge].copy_from_slice(wr.sg_list);
+        w.is_inline = inline;
+        w.inline.clear();
+        if inline {
+            w.inline.resize(length as usize, 0);
+            let src = Source { sges: wr.sg_list, inline: None };
+            inline_err = gather(mrs, pd, &src, 0, &mut w.inline).is_err();
+        }
+        w.remote_addr = wr.remote_addr;
+        w.rkey = wr.rkey;
+        w.compare_add = wr.compare_add;
+        w.swap = wr.swap;
+        w.imm_data = wr.imm_data;
+        w.invalidate_rkey = wr.invalidate_rkey;
+        w.length = length as u32;
+        w.psn_assigned = false;
+        w.read_rcvd = 0;
+        w.read_req_off = 0;
+        w.local_err = inline_err.then_some(WcStatus::LocProtErr);
+        self.sq.tail += 1;
+        if self.state == QpState::Err {
+            // Posting to a QP in the error state completes the WR at once with a flush error.
+            self.flush(ctx);
+        }
+        Ok(())
+    }
+
+    fn op_for(w: &super::SendWqe) -> Operation {
+        match w.opcode {
+            WrOpcode::Send => Operation::Send,
+            WrOpcode::SendWithImm => Operation::SendWithImm,
+            WrOpcode::SendWithInv => Operation::SendWithInv,
+            WrOpcode::RdmaWrite => Operation::Write,
+            WrOpcode::RdmaWriteWithImm => Operation::WriteWithImm,
+            WrOpcode::RdmaRead => Operation::ReadRequest,
+            WrOpcode::AtomicCmpAndSwp => Operation::CompareSwap,
+            WrOpcode::AtomicFetchAndAdd => Operation::FetchAdd,
+        }
+    }
+
+    /// Produce the next request packet into `buf`, if the QP may send one now.
+    pub(crate) fn poll_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_deadline.is_some() {
+            return None;
+        }
+        if ctx.now < self.next_departure {
+            return None;
+        }
+        let mtu = self.mtu();
+        let window = ctx.cfg.send_window as i32;
+        loop {
+            let cur = self.req.cur;
+            if cur == self.sq.tail {
+                return None;
+            }
+            let w = self.sq.get(cur);
+            if w.local_err.is_some() {
+                // Complete it once everything before it has completed.
+                if cur == self.sq.head {
+                    self.complete_local_error(ctx);
+                }
+                return None;
+            }
+            if !w.psn_assigned {
+                if self.state == QpState::Sqd {
+                    return None;
+                }
+                let max_rd = (self.attr.max_rd_atomic as u32).max(1);
+                if w.flags.contains(SendFlags::FENCE) && self.req.rd_atomic_inflight > 0 {
+                    return None;
+                }
+                if w.opcode.is_read_or_atomic() && self.req.rd_atomic_inflight >= max_rd {
+                    return None;
+                }
+                if self.req.next_psn.diff(self.req.una) >= window {
+                    return None;
+                }
+                let need = if w.opcode.is_read_or_atomic() { AccessFlags::LOCAL_WRITE } else { AccessFlags::NONE };
+                if !w.is_inline {
+                    if let Err(st) = check_sges(ctx.mrs, self.pd, w.sges(), need) {
+                        self.sq.get_mut(cur).local_err = Some(st);
+                        continue;
+                    }
+                }
+                let npkts = w.npkts(mtu);
+                let first = self.req.next_psn;
+                let w = self.sq.get_mut(cur);
+                w.psn_assigned = true;
+                w.first_psn = first;
+                w.last_psn = first.add(npkts - 1);
+                if w.opcode.is_read_or_atomic() {
+                    self.req.rd_atomic_inflight += 1;
+                }
+                self.req.cur_off = 0;
+            }
+            let psn = self.req.next_psn;
+            if psn.diff(self.req.una) >= window {
+                return None;
+            }
+            let len = self.build_request(ctx, buf, cur, psn, mtu);
+            let Some(len) = len else {
+                // The gather list went bad after posting (region deregistered).
+                self.sq.get_mut(cur).local_err = Some(WcStatus::LocProtErr);
+                continue;
+            };
+            ctx.counters.sent_pkts += 1;
+            if psn.before(self.req.high_psn) {
+                ctx.counters.retransmitted_pkts += 1;
+            }
+            if self.req.next_psn.after(self.req.high_psn) || self.req.next_psn == self.req.high_psn {
+                self.req.high_psn = self.req.next_psn;
+            }
+            if self.req.retrans_deadline.is_none() {
+                self.req.retrans_deadline = local_ack_timeout(self.attr.timeout).map(|t| ctx.now + t);
+            }
+            return Some(len);
+        }
+    }
+
+    /// Build the packet at `psn` of WQE `cur` (at byte offset `req.cur_off`) and advance.
+    fn build_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8], cur: u64, psn: Psn, mtu: usize) -> Option<usize> {
+        let off = self.req.cur_off;
+        if self.sq.get(cur).opcode == WrOpcode::RdmaRead {
+            self.sq.get_mut(cur).read_req_off = off;
+        }
+        let tpl = self.template.as_ref()?;
+        let w = self.sq.get(cur);
+        let op = Self::op_for(w);
+        let mut ext = ExtHeaders::default();
+        let (position, payload_len, next_off, next_psn, done) = match w.opcode {
+            WrOpcode::RdmaRead => {
+                let remaining = w.length - off.min(w.length);
+                ext.reth =
+                    Some(RethRepr { va: w.remote_addr.wrapping_add(off as u64), rkey: w.rkey, dma_len: remaining });
+                (Position::Only, 0, 0, w.last_psn.add(1), true)
+            }
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                let (swap_add, compare) = match w.opcode {
+                    WrOpcode::AtomicCmpAndSwp => (w.swap, w.compare_add),
+                    _ => (w.compare_add, 0),
+                };
+                ext.atomic_eth = Some(AtomicEthRepr { va: w.remote_addr, rkey: w.rkey, swap_add, compare });
+                (Position::Only, 0, 0, psn.add(1), true)
+            }
+            _ => {
+                let n = (w.length - off).min(mtu as u32);
+                let first = off == 0;
+                let last = off + n == w.length;
+                let pos = match (first, last) {
+                    (true, true) => Position::Only,
+                    (true, false) => Position::First,
+                    (false, true) => Position::Last,
+                    (false, false) => Position::Middle,
+                };
+                if pos.is_start() && matches!(w.opcode, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm) {
+                    ext.reth = Some(RethRepr { va: w.remote_addr, rkey: w.rkey, dma_len: w.length });
+                }
+                if pos.is_end() {
+                    match w.opcode {
+                        WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => ext.immdt = Some(w.imm_data),
+                        WrOpcode::SendWithInv => ext.ieth = Some(w.invalidate_rkey),
+                        _ => {}
+                    }
+                }
+                (pos, n as usize, off + n, psn.add(1), last)
+            }
+        };
+        let end = position.is_end();
+        // Only the last (or only) packet carries the immediate / invalidate: FIRST and MIDDLE
+        // packets of SEND/WRITE with immediate are plain SEND/WRITE FIRST/MIDDLE.
+        let op = match (op, end) {
+            (Operation::SendWithImm | Operation::SendWithInv, false) => Operation::Send,
+            (Operation::WriteWithImm, false) => Operation::Write,
+            (op, _) => op,
+        };
+        let opcode = Opcode::find(Transport::Rc, op, position)?;
+        // rxe: AckReq on END packets and when more than `ack_req_interval` went without one.
+        let ack_req = end || self.req.noack_pkts >= ctx.cfg.ack_req_interval;
+        let solicited = end && w.flags.contains(SendFlags::SOLICITED);
+        let roce = tpl.roce(opcode, psn, ack_req, solicited, ext, payload_len);
+        let src = Source { sges: w.sges(), inline: w.is_inline.then_some(&w.inline[..]) };
+        let mut gather_ok = true;
+        let mrs = &*ctx.mrs;
+        let pd = self.pd;
+        let len = tpl.emit(buf, &roce, |p| gather_ok = gather(mrs, pd, &src, off as u64, p).is_ok())?;
+        if !gather_ok {
+            return None;
+        }
+        if ack_req {
+            self.req.noack_pkts = 0;
+        } else {
+            self.req.noack_pkts += 1;
+        }
+        if end && matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv) {
+            ctx.counters.rdma_sends += 1;
+        }
+        self.req.next_psn = next_psn;
+        if done {
+            self.req.cur = cur + 1;
+            self.req.cur_off = 0;
+        } else {
+            self.req.cur_off = next_off;
+        }
+        Some(len)
+    }
+
+    /// Go-Back-N: resend from `psn` (IBTA §9.7.5.1.1; rxe `req_retry`): the WQE holding `psn`
+    /// restarts at the packet with that PSN (SEND/WRITE skip the bytes already acknowledged, a
+    /// READ resumes at the byte offset already received), and every later WQE is sent again.
+    pub(crate) fn rewind(&mut self, psn: Psn) {
+        let mtu = self.mtu() as u32;
+        let mut i = self.sq.head;
+        while i < self.sq.tail && i <= self.req.cur {
+            let w = self.sq.get(i);
+            if !w.psn_assigned {
+                break;
+            }
+            if psn.within(w.first_psn, w.last_psn) {
+                self.req.cur = i;
+                self.req.cur_off = if w.opcode.is_atomic() { 0 } else { psn.diff(w.first_psn) as u32 * mtu };
+                self.req.next_psn = psn;
+                self.req.noack_pkts = 0;
+                return;
+            }
+            i += 1;
+        }
+    }
+}

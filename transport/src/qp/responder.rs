@@ -1,0 +1,616 @@
+//! The responder: incoming requests → memory writes, receive completions, and responses.
+//!
+//! The checks run in rxe's order (`rxe_resp.c`), each a plain function of the packet and the
+//! QP, and each failure maps to one NAK (IBTA §9.7.5.2, Table 44):
+//!
+//! 1. `check_psn` — PSN == expected: go on. Ahead: out of sequence, one NAK PSN sequence error
+//!    per gap then silence until the expected PSN arrives (C9-110, rxe `sent_psn_nak`). Behind:
+//!    a duplicate (§9.7.5.1.3): SEND/WRITE are re-acknowledged without executing (C9-105),
+//!    a READ is executed again from the MR, an atomic is answered from the replay cache.
+//! 2. `check_op_seq` — FIRST/MIDDLE/LAST order within a message (C9-87) → invalid request.
+//! 3. `check_op_valid` — the QP allows the remote operation (qp_access_flags; READ/atomic need
+//!    max_dest_rd_atomic > 0) → invalid request.
+//! 4. `check_resources` — a receive WQE for a SEND or WRITE with immediate → RNR NAK.
+//! 5. `check_length` — FIRST/MIDDLE carry exactly the PMTU, LAST 1..=PMTU, ONLY ≤ PMTU (C9-92);
+//!    DMA length ≤ 2^31 (C9-94) → invalid request.
+//! 6. `check_rkey` — R_Key, PD, access right, bounds (a zero-length transfer needs no valid
+//!    R_Key, C9-88); atomics 8-byte aligned → remote access error / invalid request.
+//! 7. execute, then acknowledge when AckReq is set (READ and atomics always get responses).
+//!
+//! Remote access, invalid request and remote operational errors move the QP to ERR after the
+//! NAK (§9.7.5.2.{3,4,5}); an RNR NAK does not. MSN counts completed requests: the end of a
+//! SEND/WRITE, a READ when accepted (C9-148), an atomic when executed.
+
+use super::requester::scatter;
+use super::{Ctx, Qp, RecvWqe};
+use crate::verbs::*;
+use std::collections::VecDeque;
+use uroce_wire::opcode::{Operation, Position};
+use uroce_wire::{AethRepr, AtomicAckEthRepr, Msn, NakCode, ParsedFrame, Psn, RethRepr, RnrTimer, Syndrome};
+
+/// A message being received across several packets.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) enum InMsg {
+    /// Not inside a multi-packet message.
+    #[default]
+    None,
+    /// A SEND: it lands in the receive WQE at the front of the RQ (popped when the message
+    /// ends); `off` bytes received so far.
+    Send { off: u64 },
+    /// An RDMA WRITE: where the next byte goes and how many are still due.
+    Write { rkey: u32, va: u64, resid: u32, total: u32 },
+}
+
+/// A READ or atomic kept so a duplicate can be answered (rxe `resp_res`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) enum Resource {
+    #[default]
+    Free,
+    Read {
+        first_psn: Psn,
+        last_psn: Psn,
+        va: u64,
+        rkey: u32,
+        len: u32,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+    },
+}
+
+/// Something the responder has to send.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RespOut {
+    /// ACK or NAK.
+    Ack { psn: Psn, syndrome: Syndrome, msn: Msn },
+    /// READ responses still to send for one READ request.
+    Read { psn: Psn, va: u64, rkey: u32, off: u32, len: u32 },
+    /// The response to an atomic.
+    AtomicAck { psn: Psn, orig: u64, msn: Msn },
+}
+
+/// Responder state.
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    /// Expected PSN of the next request.
+    pub epsn: Psn,
+    /// Message sequence number.
+    pub msn: Msn,
+    /// A PSN sequence NAK was sent for the current gap.
+    pub nak_latched: bool,
+    /// Multi-packet message in progress.
+    pub msg: InMsg,
+    /// READ/atomic replay cache, a ring of `max_dest_rd_atomic` entries.
+    pub resources: Vec<Resource>,
+    pub next_res: usize,
+    /// Responses waiting to be sent, in PSN order.
+    pub out: VecDeque<RespOut>,
+}
+
+/// A failed check: the NAK to send (and whether the QP then goes to ERR).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RespError {
+    /// RNR NAK: no receive WQE.
+    Rnr,
+    /// NAK invalid request; QP to ERR.
+    InvalidRequest,
+    /// NAK remote access error; QP to ERR.
+    RemoteAccess,
+    /// NAK remote operational error; QP to ERR.
+    RemoteOp,
+}
+
+impl Responder {
+    fn push_ack(&mut self, psn: Psn, msn: Msn, deferred: &mut u64) {
+        // Coalesce: a newer ACK replaces an older one still waiting at the tail.
+        if let Some(RespOut::Ack { syndrome: Syndrome::Ack(_), .. }) = self.out.back() {
+            self.out.pop_back();
+            *deferred += 1;
+        }
+        self.out.push_back(RespOut::Ack { psn, syndrome: Syndrome::ACK_UNLIMITED, msn });
+    }
+
+    fn add_resource(&mut self, r: Resource, cap: usize) -> usize {
+        if self.resources.len() != cap {
+            self.resources = vec![Resource::Free; cap];
+            self.next_res = 0;
+        }
+        // "It is the requester's job to not send too many": the oldest entry is recycled.
+        let i = self.next_res;
+        self.resources[i] = r;
+        self.next_res = (i + 1) % cap;
+        i
+    }
+}
+
+/// Operation class for the sequence check.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Send,
+    Write,
+    Other,
+}
+
+fn class(op: Operation) -> Class {
+    match op {
+        Operation::Send | Operation::SendWithImm | Operation::SendWithInv => Class::Send,
+        Operation::Write | Operation::WriteWithImm => Class::Write,
+        _ => Class::Other,
+    }
+}
+
+impl Qp {
+    /// Post a receive WR (`ibv_post_recv`).
+    pub(crate) fn post_recv(&mut self, ctx: &mut Ctx<'_>, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
+        if self.state == QpState::Reset {
+            return Err(VerbsError::InvalidState(self.state));
+        }
+        if wr.sg_list.len() > (self.cap.max_recv_sge as usize).min(super::MAX_SGE) {
+            return Err(VerbsError::InvalidArgument("num_sge exceeds max_recv_sge"));
+        }
+        if self.rq.len() >= self.cap.max_recv_wr as usize {
+            return Err(VerbsError::QueueFull);
+        }
+        let mut sges = [Sge::default(); super::MAX_SGE];
+        sges[..wr.sg_list.len()].copy_from_slice(wr.sg_list);
+        let length = wr.sg_list.iter().map(|s| s.length as u64).sum();
+        self.rq.push_back(RecvWqe { wr_id: wr.wr_id, sges, num_sge: wr.sg_list.len(), length });
+        if self.state == QpState::Err {
+            self.flush(ctx);
+        }
+        Ok(())
+    }
+
+    /// A request (SEND, WRITE, READ, atomic) arrived for this QP.
+    pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>) {
+        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            ctx.counters.dropped_qp_state += 1;
+            return;
+        }
+        let psn = p.roce.bth.psn;
+        // 1. check_psn
+        let d = psn.diff(self.resp.epsn);
+        if d > 0 {
+            ctx.counters.out_of_seq_request += 1;
+            if !self.resp.nak_latched {
+                self.resp.nak_latched = true;
+                ctx.counters.send_seq_err += 1;
+                let (epsn, msn) = (self.resp.epsn, self.resp.msn);
+                self.resp.out.push_back(RespOut::Ack {
+                    psn: epsn,
+                    syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                    msn,
+                });
+            }
+            return;
+        }
+        if d < 0 {
+            ctx.counters.duplicate_request += 1;
+            return self.handle_duplicate(ctx, p);
+        }
+        self.resp.nak_latched = false;
+        match self.execute_request(ctx, p) {
+            Ok(()) => {}
+            Err(RespError::Rnr) => {
+                ctx.counters.send_rnr_err += 1;
+                // Latch: later packets of the same flight are dropped silently until the
+                // requester comes back to this PSN after its RNR wait.
+                self.resp.nak_latched = true;
+                let t = RnrTimer::new(self.attr.min_rnr_timer);
+                let msn = self.resp.msn;
+                self.resp.out.push_back(RespOut::Ack { psn, syndrome: Syndrome::RnrNak(t), msn });
+            }
+            Err(e) => {
+                ctx.counters.send_err += 1;
+                let code = match e {
+                    RespError::InvalidRequest => NakCode::InvalidRequest,
+                    RespError::RemoteAccess => NakCode::RemoteAccessError,
+                    _ => NakCode::RemoteOperationalError,
+                };
+                let msn = self.resp.msn;
+                // Pending responses before it are still sent; the NAK is the last thing this
+                // QP sends before it enters the error state.
+                self.resp.out.push_back(RespOut::Ack { psn, syndrome: Syndrome::Nak(code), msn });
+                self.enter_error(ctx, true);
+            }
+        }
+    }
+
+    /// Checks 2..6 and execution, for a request at the expected PSN.
+    fn execute_request(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>) -> Result<(), RespError> {
+        let info = p.roce.bth.opcode.info().ok_or(RespError::InvalidRequest)?;
+        let op = info.operation;
+        let pos = info.position;
+        let cls = class(op);
+        let psn = p.roce.bth.psn;
+        let mtu = self.mtu();
+        let payload = p.payload();
+
+        // 2. check_op_seq (C9-87): a message continues with the same class, never restarts.
+        let in_msg = !matches!(self.resp.msg, InMsg::None);
+        let seq_ok = match (in_msg, pos.is_start()) {
+            (false, true) => true,
+            (true, false) => {
+                matches!((&self.resp.msg, cls), (InMsg::Send { .. }, Class::Send) | (InMsg::Write { .. }, Class::Write))
+            }
+            _ => false,
+        };
+        if !seq_ok {
+            return Err(RespError::InvalidRequest);
+        }
+
+        // 3. check_op_valid: what the QP allows (rxe: ERR_UNSUPPORTED_OPCODE → invalid request).
+        let qa = self.attr.qp_access_flags;
+        let allowed = match op {
+            Operation::Write | Operation::WriteWithImm => qa.contains(AccessFlags::REMOTE_WRITE),
+            Operation::ReadRequest => qa.contains(AccessFlags::REMOTE_READ) && self.attr.max_dest_rd_atomic > 0,
+            Operation::CompareSwap | Operation::FetchAdd => {
+                qa.contains(AccessFlags::REMOTE_ATOMIC) && self.attr.max_dest_rd_atomic > 0
+            }
+            Operation::Send | Operation::SendWithImm | Operation::SendWithInv => true,
+            _ => false,
+        };
+        if !allowed {
+            return Err(RespError::InvalidRequest);
+        }
+
+        // 5. check_length (C9-92 / C9-94), before consuming resources.
+        if info.has_payload {
+            let ok = match pos {
+                Position::First | Position::Middle => payload.len() == mtu,
+                Position::Last => !payload.is_empty() && payload.len() <= mtu,
+                Position::Only => payload.len() <= mtu,
+            };
+            if !ok {
+                return Err(RespError::InvalidRequest);
+            }
+        }
+        if let Some(reth) = p.roce.ext.reth {
+            if reth.dma_len as u64 > super::MAX_MSG_SIZE {
+                return Err(RespError::InvalidRequest);
+            }
+        }
+
+        match cls {
+            Class::Send => self.exec_send(ctx, p, pos),
+            Class::Write => self.exec_write(ctx, p, op, pos),
+            Class::Other => match op {
+                Operation::ReadRequest => self.exec_read(ctx, p.roce.ext.reth.unwrap_or_default(), psn, mtu),
+                _ => self.exec_atomic(ctx, p, op, psn),
+            },
+        }
+    }
+
+    fn ack_if_requested(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>) {
+        if p.roce.bth.ack_req {
+            let (psn, msn) = (p.roce.bth.psn, self.resp.msn);
+            self.resp.push_ack(psn, msn, &mut ctx.counters.ack_deferred);
+        }
+    }
+
+    fn exec_send(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>, pos: Position) -> Result<(), RespError> {
+        // 4. check_resources: a SEND starts in a receive WQE.
+        let off = match self.resp.msg {
+            InMsg::Send { off } => off,
+            _ => 0,
+        };
+        let Some(&wqe) = self.rq.front() else { return Err(RespError::Rnr) };
+        let payload = p.payload();
+        if off + payload.len() as u64 > wqe.length {
+            // The message does not fit the receive buffer: local length error here, invalid
+            // request for the requester (IBTA §9.7.5.2.4; rxe ERR_LENGTH).
+            self.rq.pop_front();
+            self.complete_recv(ctx, &wqe, WcOpcode::Recv, WcStatus::LocLenErr, 0, 0, WcFlags::NONE);
+            self.resp.msg = InMsg::None;
+            return Err(RespError::InvalidRequest);
+        }
+        if let Err(st) = scatter(ctx.mrs, self.pd, wqe.sges(), off, payload) {
+            self.rq.pop_front();
+            self.complete_recv(ctx, &wqe, WcOpcode::Recv, st, 0, 0, WcFlags::NONE);
+            self.resp.msg = InMsg::None;
+            return Err(RespError::RemoteOp);
+        }
+        let off = off + payload.len() as u64;
+        self.resp.epsn = self.resp.epsn.add(1);
+        if pos.is_end() {
+            self.rq.pop_front();
+            self.resp.msg = InMsg::None;
+            self.resp.msn = self.resp.msn.add(1);
+            ctx.counters.rdma_recvs += 1;
+            let e = &p.roce.ext;
+            let (imm, flags) = match (e.immdt, e.ieth) {
+                (Some(i), _) => (i, WcFlags::WITH_IMM),
+                (None, Some(k)) => (k, WcFlags::WITH_INV),
+                _ => (0, WcFlags::NONE),
+            };
+            self.complete_recv(ctx, &wqe, WcOpcode::Recv, WcStatus::Success, off as u32, imm, flags);
+        } else {
+            self.resp.msg = InMsg::Send { off };
+        }
+        self.ack_if_requested(ctx, p);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn complete_recv(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        wqe: &RecvWqe,
+        opcode: WcOpcode,
+        status: WcStatus,
+        byte_len: u32,
+        imm: u32,
+        flags: WcFlags,
+    ) {
+        let wc = WorkCompletion {
+            wr_id: wqe.wr_id,
+            status,
+            opcode,
+            byte_len,
+            imm_data: imm,
+            qp_num: self.qpn.value(),
+            src_qp: self.attr.dest_qp_num,
+            wc_flags: flags,
+            ..Default::default()
+        };
+        ctx.complete(self.recv_cq, wc);
+    }
+
+    fn exec_write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        p: &ParsedFrame<'_>,
+        op: Operation,
+        pos: Position,
+    ) -> Result<(), RespError> {
+        let payload = p.payload();
+        let (rkey, va, resid, total) = match self.resp.msg {
+            InMsg::Write { rkey, va, resid, total } => (rkey, va, resid, total),
+            _ => {
+                let reth = p.roce.ext.reth.ok_or(RespError::InvalidRequest)?;
+                // 6. check_rkey; a zero-length WRITE needs no valid R_Key (C9-88).
+                if reth.dma_len > 0 {
+                    ctx.mrs
+                        .check(reth.rkey, self.pd, reth.va, reth.dma_len as u64, AccessFlags::REMOTE_WRITE)
+                        .map_err(|_| RespError::RemoteAccess)?;
+                }
+                (reth.rkey, reth.va, reth.dma_len, reth.dma_len)
+            }
+        };
+        // More data than the RETH announced, or the message ends short of it: length error.
+        if payload.len() as u64 > resid as u64 || (pos.is_end() && payload.len() as u32 != resid) {
+            return Err(RespError::InvalidRequest);
+        }
+        // 4. check_resources: WRITE with immediate consumes a receive WQE at its end (rxe RWR).
+        let needs_wqe = op == Operation::WriteWithImm && pos.is_end();
+        if needs_wqe && self.rq.is_empty() {
+            return Err(RespError::Rnr);
+        }
+        if !payload.is_empty() {
+            let off = ctx
+                .mrs
+                .check(rkey, self.pd, va, payload.len() as u64, AccessFlags::REMOTE_WRITE)
+                .map_err(|_| RespError::RemoteAccess)?;
+            let mr = ctx.mrs.get_mut(rkey).ok_or(RespError::RemoteAccess)?;
+            mr.as_mut_slice()[off..off + payload.len()].copy_from_slice(payload);
+        }
+        self.resp.epsn = self.resp.epsn.add(1);
+        if pos.is_end() {
+            self.resp.msg = InMsg::None;
+            self.resp.msn = self.resp.msn.add(1);
+            if needs_wqe {
+                let wqe = self.rq.pop_front().expect("checked above");
+                let imm = p.roce.ext.immdt.unwrap_or(0);
+                self.complete_recv(
+                    ctx,
+                    &wqe,
+                    WcOpcode::RecvRdmaWithImm,
+                    WcStatus::Success,
+                    total,
+                    imm,
+                    WcFlags::WITH_IMM,
+                );
+            }
+        } else {
+            let n = payload.len() as u32;
+            self.resp.msg = InMsg::Write { rkey, va: va + n as u64, resid: resid - n, total };
+        }
+        self.ack_if_requested(ctx, p);
+        Ok(())
+    }
+
+    fn exec_read(&mut self, ctx: &mut Ctx<'_>, reth: RethRepr, psn: Psn, mtu: usize) -> Result<(), RespError> {
+        if reth.dma_len > 0 {
+            ctx.mrs
+                .check(reth.rkey, self.pd, reth.va, reth.dma_len as u64, AccessFlags::REMOTE_READ)
+                .map_err(|_| RespError::RemoteAccess)?;
+        }
+        let npkts = (reth.dma_len as usize).div_ceil(mtu).max(1) as u32;
+        let last_psn = psn.add(npkts - 1);
+        let cap = (self.attr.max_dest_rd_atomic as usize).max(1).next_power_of_two();
+        self.resp.add_resource(
+            Resource::Read { first_psn: psn, last_psn, va: reth.va, rkey: reth.rkey, len: reth.dma_len },
+            cap,
+        );
+        // C9-148: the MSN counts a READ when it is accepted.
+        self.resp.msn = self.resp.msn.add(1);
+        self.resp.epsn = last_psn.add(1);
+        self.resp.out.push_back(RespOut::Read { psn, va: reth.va, rkey: reth.rkey, off: 0, len: reth.dma_len });
+        Ok(())
+    }
+
+    fn exec_atomic(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        p: &ParsedFrame<'_>,
+        op: Operation,
+        psn: Psn,
+    ) -> Result<(), RespError> {
+        let a = p.roce.ext.atomic_eth.ok_or(RespError::InvalidRequest)?;
+        // C9-?? / rxe ERR_MISALIGNED_ATOMIC: the address must be 8-byte aligned.
+        if a.va & 7 != 0 {
+            return Err(RespError::InvalidRequest);
+        }
+        let off =
+            ctx.mrs.check(a.rkey, self.pd, a.va, 8, AccessFlags::REMOTE_ATOMIC).map_err(|_| RespError::RemoteAccess)?;
+        let mr = ctx.mrs.get_mut(a.rkey).ok_or(RespError::RemoteAccess)?;
+        let cell = &mut mr.as_mut_slice()[off..off + 8];
+        // Host (little-endian) order in memory, as rxe operates on `*(u64 *)vaddr` on x86.
+        let orig = u64::from_le_bytes(cell.try_into().expect("8 bytes"));
+        let new = match op {
+            Operation::CompareSwap => {
+                if orig == a.compare {
+                    a.swap_add
+                } else {
+                    orig
+                }
+            }
+            _ => orig.wrapping_add(a.swap_add),
+        };
+        cell.copy_from_slice(&new.to_le_bytes());
+        let cap = (self.attr.max_dest_rd_atomic as usize).max(1).next_power_of_two();
+        self.resp.add_resource(Resource::Atomic { psn, orig }, cap);
+        self.resp.msn = self.resp.msn.add(1);
+        self.resp.epsn = psn.add(1);
+        let msn = self.resp.msn;
+        self.resp.out.push_back(RespOut::AtomicAck { psn, orig, msn });
+        Ok(())
+    }
+
+    /// A request behind the expected PSN (§9.7.5.1.3).
+    fn handle_duplicate(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>) {
+        let Some(info) = p.roce.bth.opcode.info() else { return };
+        let psn = p.roce.bth.psn;
+        match class(info.operation) {
+            // C9-105: re-acknowledge (with the last PSN acknowledged), do not execute again.
+            Class::Send | Class::Write => {
+                let (last, msn) = (self.resp.epsn.sub(1), self.resp.msn);
+                self.resp.push_ack(last, msn, &mut ctx.counters.ack_deferred);
+            }
+            Class::Other => match info.operation {
+                Operation::ReadRequest => {
+                    let Some(reth) = p.roce.ext.reth else { return };
+                    let found = self.resp.resources.iter().find_map(|r| match *r {
+                        Resource::Read { first_psn, last_psn, va, rkey, len } if psn.within(first_psn, last_psn) => {
+                            Some((first_psn, last_psn, va, rkey, len))
+                        }
+                        _ => None,
+                    });
+                    // The repeated request must ask for (part of) what the original asked for.
+                    if let Some((first, last, va, rkey, len)) = found {
+                        let inside = rkey == reth.rkey
+                            && reth.va >= va
+                            && reth.va.saturating_add(reth.dma_len as u64) <= va + len as u64;
+                        if inside {
+                            // Executed again from memory; a stream still queued for the same
+                            // READ is replaced.
+                            self.resp
+                                .out
+                                .retain(|o| !matches!(o, RespOut::Read { psn: q, .. } if q.within(first, last)));
+                            self.resp.out.push_back(RespOut::Read {
+                                psn,
+                                va: reth.va,
+                                rkey,
+                                off: 0,
+                                len: reth.dma_len,
+                            });
+                        }
+                    }
+                }
+                Operation::CompareSwap | Operation::FetchAdd => {
+                    // Never executed twice: answered from the replay cache, or dropped.
+                    let found = self.resp.resources.iter().find_map(|r| match *r {
+                        Resource::Atomic { psn: q, orig } if q == psn => Some(orig),
+                        _ => None,
+                    });
+                    if let Some(orig) = found {
+                        let msn = self.resp.msn;
+                        self.resp.out.push_back(RespOut::AtomicAck { psn, orig, msn });
+                    }
+                }
+                _ => {}
+            },
+        }
+    }
+
+    /// Produce the next response packet, if any.
+    pub(crate) fn poll_response(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        loop {
+            match self.emit_response(ctx, buf)? {
+                Ok(len) => {
+                    ctx.counters.sent_pkts += 1;
+                    return Some(len);
+                }
+                Err(psn) => {
+                    // The region went away mid-response: NAK remote operational error, QP to ERR.
+                    self.resp.out.clear();
+                    let msn = self.resp.msn;
+                    let syndrome = Syndrome::Nak(NakCode::RemoteOperationalError);
+                    self.resp.out.push_back(RespOut::Ack { psn, syndrome, msn });
+                    ctx.counters.send_err += 1;
+                    self.enter_error(ctx, true);
+                }
+            }
+        }
+    }
+
+    /// Emit the packet at the front of the output queue. `Some(Err(psn))`: a READ response
+    /// could not be read from memory.
+    fn emit_response(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Result<usize, Psn>> {
+        let tpl = self.template.as_ref()?;
+        let mtu = self.attr.path_mtu.bytes() as u32;
+        let front = *self.resp.out.front()?;
+        let mut ext = uroce_wire::ExtHeaders::default();
+        let (opcode, psn, payload_len, src) = match front {
+            RespOut::Ack { psn, syndrome, msn } => {
+                ext.aeth = Some(AethRepr { syndrome, msn });
+                self.resp.out.pop_front();
+                (uroce_wire::Opcode::RC_ACKNOWLEDGE, psn, 0, None)
+            }
+            RespOut::AtomicAck { psn, orig, msn } => {
+                ext.aeth = Some(AethRepr { syndrome: Syndrome::ACK_UNLIMITED, msn });
+                ext.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
+                self.resp.out.pop_front();
+                (uroce_wire::Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, 0, None)
+            }
+            RespOut::Read { psn, va, rkey, off, len } => {
+                let n = (len - off).min(mtu);
+                let first = off == 0;
+                let last = off + n == len;
+                let (opcode, has_aeth) = match (first, last) {
+                    (true, true) => (uroce_wire::Opcode::RC_RDMA_READ_RESPONSE_ONLY, true),
+                    (true, false) => (uroce_wire::Opcode::RC_RDMA_READ_RESPONSE_FIRST, true),
+                    (false, true) => (uroce_wire::Opcode::RC_RDMA_READ_RESPONSE_LAST, true),
+                    (false, false) => (uroce_wire::Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, false),
+                };
+                // AETH on FIRST, LAST and ONLY (IBTA §9.3.5).
+                if has_aeth {
+                    ext.aeth = Some(AethRepr { syndrome: Syndrome::ACK_UNLIMITED, msn: self.resp.msn });
+                }
+                if last {
+                    self.resp.out.pop_front();
+                } else if let Some(RespOut::Read { psn: p, off: o, .. }) = self.resp.out.front_mut() {
+                    *p = p.add(1);
+                    *o += n;
+                }
+                (opcode, psn, n as usize, Some((va + off as u64, rkey)))
+            }
+        };
+        let roce = tpl.roce(opcode, psn, false, false, ext, payload_len);
+        let pd = self.pd;
+        let mut ok = true;
+        let mrs = &*ctx.mrs;
+        let len = tpl.emit(buf, &roce, |b| {
+            if let Some((va, rkey)) = src {
+                // Re-read (and re-validate) the region for every response packet: it may have
+                // been deregistered since the request was accepted.
+                match mrs.check(rkey, pd, va, b.len() as u64, AccessFlags::REMOTE_READ) {
+                    Ok(off) => b.copy_from_slice(&mrs.get(rkey).expect("checked").as_slice()[off..off + b.len()]),
+                    Err(_) => ok = b.is_empty(),
+                }
+            }
+        })?;
+        Some(if ok { Ok(len) } else { Err(psn) })
+    }
+}

@@ -1,0 +1,189 @@
+//! Helpers that build devices and connect RC QPs the way an application (perftest,
+//! ibv_rc_pingpong) does: RESET → INIT → RTR → RTS with the peer's QPN, PSN and GID.
+
+use super::Network;
+use crate::device::{Device, DeviceConfig, MrInfo};
+use crate::verbs::*;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use uroce_wire::EthernetAddress;
+
+/// MAC of simulated node `i`.
+pub fn mac(i: u8) -> EthernetAddress {
+    EthernetAddress([0x02, 0, 0, 0, 0, i])
+}
+
+/// IPv4 address of simulated node `i` (10.0.0.i); GID index 1.
+pub fn ipv4(i: u8) -> Ipv4Addr {
+    Ipv4Addr::new(10, 0, 0, i)
+}
+
+/// IPv6 address of simulated node `i` (fd00::i); GID index 2.
+pub fn ipv6(i: u8) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i as u16)
+}
+
+/// A device for node `i` with GIDs [link-local, 10.0.0.i, fd00::i].
+pub fn device(i: u8, seed: u64) -> Device {
+    let mut cfg = DeviceConfig::new(mac(i), &[IpAddr::V4(ipv4(i)), IpAddr::V6(ipv6(i))]);
+    cfg.seed = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(i as u64);
+    Device::new(cfg)
+}
+
+/// How to connect a QP pair.
+#[derive(Clone, Copy, Debug)]
+pub struct QpOptions {
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries.
+    pub rnr_retry: u8,
+    /// RNR timer code each side NAKs with.
+    pub min_rnr_timer: u8,
+    /// max_rd_atomic and max_dest_rd_atomic.
+    pub rd_atomic: u8,
+    /// Remote access both QPs allow.
+    pub access: AccessFlags,
+    /// Queue sizes.
+    pub cap: QpCap,
+    /// Use the IPv6 GIDs (index 2) instead of the IPv4-mapped ones (index 1).
+    pub ipv6: bool,
+    /// Initial PSNs (A's send PSN, B's send PSN); `None` draws them from the devices' RNGs.
+    pub psns: Option<(u32, u32)>,
+    /// Traffic class (DSCP << 2 | ECN) of both paths.
+    pub traffic_class: u8,
+}
+
+impl Default for QpOptions {
+    fn default() -> Self {
+        QpOptions {
+            mtu: Mtu::Mtu1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            rd_atomic: 16,
+            access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+            cap: QpCap { max_send_wr: 256, max_recv_wr: 256, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 },
+            ipv6: false,
+            psns: None,
+            traffic_class: 0,
+        }
+    }
+}
+
+/// One side of a connected QP pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpEnd {
+    /// Network node.
+    pub node: usize,
+    /// Protection domain.
+    pub pd: PdHandle,
+    /// CQ for both send and receive completions.
+    pub cq: CqHandle,
+    /// QP number.
+    pub qpn: u32,
+}
+
+/// Create a PD, a CQ and an RC QP on `node`.
+pub fn create(net: &mut Network, node: usize, o: &QpOptions) -> Result<QpEnd, VerbsError> {
+    let d = net.dev(node);
+    let pd = d.alloc_pd();
+    let cq = d.create_cq(1 << 16)?;
+    let qpn =
+        d.create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap: o.cap, sq_sig_all: false })?;
+    Ok(QpEnd { node, pd, cq, qpn })
+}
+
+/// Move `me` to RTS, connected to `peer` (which sends from `peer_psn`), sending from `my_psn`.
+pub fn connect_one(
+    net: &mut Network,
+    me: &QpEnd,
+    peer: &QpEnd,
+    my_psn: u32,
+    peer_psn: u32,
+    o: &QpOptions,
+) -> Result<(), VerbsError> {
+    use QpAttrMask as M;
+    let sgid_index = if o.ipv6 { 2 } else { 1 };
+    let peer_cfg = net.dev(peer.node).config().clone();
+    let dgid = peer_cfg.gids[sgid_index as usize];
+    let d = net.dev(me.node);
+    let mut a = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: o.access, ..Default::default() };
+    d.modify_qp(me.qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)?;
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = o.mtu;
+    a.dest_qp_num = peer.qpn;
+    a.rq_psn = peer_psn;
+    a.max_dest_rd_atomic = o.rd_atomic;
+    a.min_rnr_timer = o.min_rnr_timer;
+    a.ah_attr = AddressVector {
+        dgid,
+        sgid_index,
+        hop_limit: 64,
+        traffic_class: o.traffic_class,
+        dmac: peer_cfg.mac,
+        ..Default::default()
+    };
+    d.modify_qp(
+        me.qpn,
+        &a,
+        M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
+    )?;
+    a.qp_state = QpState::Rts;
+    a.timeout = o.timeout;
+    a.retry_cnt = o.retry_cnt;
+    a.rnr_retry = o.rnr_retry;
+    a.sq_psn = my_psn;
+    a.max_rd_atomic = o.rd_atomic;
+    d.modify_qp(me.qpn, &a, M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC)
+}
+
+/// Create and connect an RC QP pair between nodes `a` and `b`.
+pub fn connect(net: &mut Network, a: usize, b: usize, o: &QpOptions) -> Result<(QpEnd, QpEnd), VerbsError> {
+    let qa = create(net, a, o)?;
+    let qb = create(net, b, o)?;
+    let (pa, pb) = match o.psns {
+        Some(p) => p,
+        None => (net.dev(a).random_psn(), net.dev(b).random_psn()),
+    };
+    connect_one(net, &qa, &qb, pa, pb, o)?;
+    connect_one(net, &qb, &qa, pb, pa, o)?;
+    Ok((qa, qb))
+}
+
+/// Register `len` bytes filled by `fill(i)` on `node`'s PD `pd`.
+pub fn reg(
+    net: &mut Network,
+    node: usize,
+    pd: PdHandle,
+    len: usize,
+    access: AccessFlags,
+    fill: impl Fn(usize) -> u8,
+) -> MrInfo {
+    let mem: Box<[u8]> = (0..len).map(fill).collect();
+    net.dev(node).reg_mr(pd, mem, access).expect("reg_mr")
+}
+
+/// Every access right.
+pub const ALL_ACCESS: AccessFlags = AccessFlags(
+    AccessFlags::LOCAL_WRITE.0
+        | AccessFlags::REMOTE_WRITE.0
+        | AccessFlags::REMOTE_READ.0
+        | AccessFlags::REMOTE_ATOMIC.0,
+);
+
+/// Poll every completion of `cq` on `node`.
+pub fn drain_cq(net: &mut Network, node: usize, cq: CqHandle) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    let mut wc = [WorkCompletion::default(); 64];
+    loop {
+        let n = net.dev(node).poll_cq(cq, &mut wc).expect("poll_cq");
+        out.extend_from_slice(&wc[..n]);
+        if n < wc.len() {
+            return out;
+        }
+    }
+}
