@@ -597,7 +597,6 @@ impl Device {
         }
         if mask.contains(M::SQ_PSN) {
             let p = Psn::new(attr.sq_psn);
-            qp.req.next_psn = p;
             qp.req.una = p;
             qp.req.high_psn = p;
         }

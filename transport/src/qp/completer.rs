@@ -56,10 +56,17 @@ impl Qp {
             };
             ctx.complete(self.send_cq, wc);
         }
+        let done_through = w.last_psn.add(1);
+        let assigned = w.psn_assigned;
         self.sq.head += 1;
         if self.req.cur < self.sq.head {
             self.req.cur = self.sq.head;
             self.req.cur_off = 0;
+        }
+        // A completed WQE's PSNs are all acknowledged: the oldest unacknowledged PSN is at
+        // least the next WQE's first.
+        if status == WcStatus::Success && assigned {
+            self.advance_una(ctx, done_through);
         }
     }
 
@@ -81,21 +88,36 @@ impl Qp {
     /// atomic before `a` is missing its response, resend from `psn`.
     fn ack_through(&mut self, ctx: &mut Ctx<'_>, a: Psn) -> Result<(), Psn> {
         let mtu = self.mtu() as u32;
+        let mut una = a.add(1);
         while self.sq.head != self.sq.tail && self.state != QpState::Err {
             let w = self.sq.get(self.sq.head);
             if w.local_err.is_some() && !w.psn_assigned {
                 self.complete_local_error(ctx);
                 return Ok(());
             }
-            if !w.psn_assigned || w.last_psn.after(a) {
+            if !w.psn_assigned {
                 break;
             }
             if w.opcode.is_read_or_atomic() {
-                return Err(w.first_psn.add(w.read_rcvd / mtu));
+                // The first response PSN this READ/atomic still waits for.
+                let needed = w.first_psn.add(w.read_rcvd / mtu);
+                if !w.last_psn.after(a) {
+                    // Everything before the missing response is acknowledged.
+                    self.advance_una(ctx, needed);
+                    return Err(needed);
+                }
+                // `a` falls inside it: nothing past its missing responses is acknowledged.
+                if una.after(needed) {
+                    una = needed;
+                }
+                break;
+            }
+            if w.last_psn.after(a) {
+                break;
             }
             self.complete_head(ctx, WcStatus::Success, 0);
         }
-        self.advance_una(ctx, a.add(1));
+        self.advance_una(ctx, una);
         Ok(())
     }
 

@@ -246,9 +246,39 @@ impl Qp {
         let mut a = self.attr;
         a.qp_state = self.state;
         a.cur_qp_state = self.state;
-        a.sq_psn = self.req.next_psn.value();
+        a.sq_psn = self.req.high_psn.value();
         a.rq_psn = self.resp.epsn.value();
         a
+    }
+
+    /// A one-line summary of the protocol state, for diagnostics.
+    pub fn debug_summary(&self) -> String {
+        let r = &self.req;
+        let head = (self.sq.head < self.sq.tail).then(|| {
+            let w = self.sq.get(self.sq.head);
+            format!("{:?} len {} psn {}..{} rcvd {}", w.opcode, w.length, w.first_psn, w.last_psn, w.read_rcvd)
+        });
+        format!(
+            "qp {:#x} {:?} sq {}..{} cur {}+{} una {} high {} retry_left {} retrying {:?} rto {:?} rnr {:?} head [{}] | epsn {} msn {} latched {} msg {:?} out {}",
+            self.qpn.value(),
+            self.state,
+            self.sq.head,
+            self.sq.tail,
+            r.cur,
+            r.cur_off,
+            r.una,
+            r.high_psn,
+            r.retry_left,
+            r.retrying_from,
+            r.retrans_deadline,
+            r.rnr_deadline,
+            head.unwrap_or_default(),
+            self.resp.epsn,
+            self.resp.msn.value(),
+            self.resp.nak_latched,
+            self.resp.msg,
+            self.resp.out.len()
+        )
     }
 
     /// Path MTU in bytes.

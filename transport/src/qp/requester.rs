@@ -17,9 +17,9 @@ use uroce_wire::{AtomicEthRepr, ExtHeaders, Opcode, Psn, RethRepr};
 /// Requester state.
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
-    /// PSN of the next packet to send.
-    pub next_psn: Psn,
-    /// Highest PSN ever sent + 1 (to count retransmissions).
+    /// One past the last PSN ever used: where the next new WQE starts. A packet of a WQE
+    /// that already has PSNs derives its PSN from the WQE and the byte offset, so a rewind or
+    /// a completion that moves `cur` can never desynchronise PSNs from packets.
     pub high_psn: Psn,
     /// SQ index of the WQE being sent (`sq.tail` when idle).
     pub cur: u64,
@@ -244,7 +244,7 @@ impl Qp {
                 if w.opcode.is_read_or_atomic() && self.req.rd_atomic_inflight >= max_rd {
                     return None;
                 }
-                if self.req.next_psn.diff(self.req.una) >= window {
+                if self.req.high_psn.diff(self.req.una) >= window {
                     return None;
                 }
                 let need = if w.opcode.is_read_or_atomic() { AccessFlags::LOCAL_WRITE } else { AccessFlags::NONE };
@@ -255,7 +255,7 @@ impl Qp {
                     }
                 }
                 let npkts = w.npkts(mtu);
-                let first = self.req.next_psn;
+                let first = self.req.high_psn;
                 let w = self.sq.get_mut(cur);
                 w.psn_assigned = true;
                 w.first_psn = first;
@@ -265,10 +265,12 @@ impl Qp {
                 }
                 self.req.cur_off = 0;
             }
-            let psn = self.req.next_psn;
+            let w = self.sq.get(cur);
+            let psn = if w.opcode.is_atomic() { w.first_psn } else { w.first_psn.add(self.req.cur_off / mtu as u32) };
             if psn.diff(self.req.una) >= window {
                 return None;
             }
+            let retransmission = psn.before(self.req.high_psn);
             let len = self.build_request(ctx, buf, cur, psn, mtu);
             let Some(len) = len else {
                 // The gather list went bad after posting (region deregistered).
@@ -276,11 +278,8 @@ impl Qp {
                 continue;
             };
             ctx.counters.sent_pkts += 1;
-            if psn.before(self.req.high_psn) {
+            if retransmission {
                 ctx.counters.retransmitted_pkts += 1;
-            }
-            if self.req.next_psn.after(self.req.high_psn) || self.req.next_psn == self.req.high_psn {
-                self.req.high_psn = self.req.next_psn;
             }
             if self.req.retrans_deadline.is_none() {
                 self.req.retrans_deadline = local_ack_timeout(self.attr.timeout).map(|t| ctx.now + t);
@@ -366,7 +365,9 @@ impl Qp {
         if end && matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv) {
             ctx.counters.rdma_sends += 1;
         }
-        self.req.next_psn = next_psn;
+        if next_psn.after(self.req.high_psn) {
+            self.req.high_psn = next_psn;
+        }
         if done {
             self.req.cur = cur + 1;
             self.req.cur_off = 0;
@@ -390,7 +391,6 @@ impl Qp {
             if psn.within(w.first_psn, w.last_psn) {
                 self.req.cur = i;
                 self.req.cur_off = if w.opcode.is_atomic() { 0 } else { psn.diff(w.first_psn) as u32 * mtu };
-                self.req.next_psn = psn;
                 self.req.noack_pkts = 0;
                 return;
             }

@@ -52,6 +52,7 @@ pub(crate) enum Resource {
         va: u64,
         rkey: u32,
         len: u32,
+        msn: Msn,
     },
     Atomic {
         psn: Psn,
@@ -64,8 +65,9 @@ pub(crate) enum Resource {
 pub(crate) enum RespOut {
     /// ACK or NAK.
     Ack { psn: Psn, syndrome: Syndrome, msn: Msn },
-    /// READ responses still to send for one READ request.
-    Read { psn: Psn, va: u64, rkey: u32, off: u32, len: u32 },
+    /// READ responses still to send for one READ request (`msn`: the MSN after the READ was
+    /// accepted, carried in the responses' AETHs).
+    Read { psn: Psn, va: u64, rkey: u32, off: u32, len: u32, msn: Msn },
     /// The response to an atomic.
     AtomicAck { psn: Psn, orig: u64, msn: Msn },
 }
@@ -103,10 +105,14 @@ pub(crate) enum RespError {
 
 impl Responder {
     fn push_ack(&mut self, psn: Psn, msn: Msn, deferred: &mut u64) {
-        // Coalesce: a newer ACK replaces an older one still waiting at the tail.
-        if let Some(RespOut::Ack { syndrome: Syndrome::Ack(_), .. }) = self.out.back() {
-            self.out.pop_back();
+        // Coalesce: ACKs are cumulative, so of two ACKs waiting at the tail only the one with
+        // the later PSN needs to go out.
+        if let Some(RespOut::Ack { syndrome: Syndrome::Ack(_), psn: waiting, .. }) = self.out.back() {
             *deferred += 1;
+            if waiting.diff(psn) >= 0 {
+                return;
+            }
+            self.out.pop_back();
         }
         self.out.push_back(RespOut::Ack { psn, syndrome: Syndrome::ACK_UNLIMITED, msn });
     }
@@ -429,14 +435,15 @@ impl Qp {
         let npkts = (reth.dma_len as usize).div_ceil(mtu).max(1) as u32;
         let last_psn = psn.add(npkts - 1);
         let cap = (self.attr.max_dest_rd_atomic as usize).max(1).next_power_of_two();
-        self.resp.add_resource(
-            Resource::Read { first_psn: psn, last_psn, va: reth.va, rkey: reth.rkey, len: reth.dma_len },
-            cap,
-        );
         // C9-148: the MSN counts a READ when it is accepted.
         self.resp.msn = self.resp.msn.add(1);
+        let msn = self.resp.msn;
+        self.resp.add_resource(
+            Resource::Read { first_psn: psn, last_psn, va: reth.va, rkey: reth.rkey, len: reth.dma_len, msn },
+            cap,
+        );
         self.resp.epsn = last_psn.add(1);
-        self.resp.out.push_back(RespOut::Read { psn, va: reth.va, rkey: reth.rkey, off: 0, len: reth.dma_len });
+        self.resp.out.push_back(RespOut::Read { psn, va: reth.va, rkey: reth.rkey, off: 0, len: reth.dma_len, msn });
         Ok(())
     }
 
@@ -483,22 +490,26 @@ impl Qp {
         let Some(info) = p.roce.bth.opcode.info() else { return };
         let psn = p.roce.bth.psn;
         match class(info.operation) {
-            // C9-105: re-acknowledge (with the last PSN acknowledged), do not execute again.
+            // C9-105: acknowledge again, do not execute again. The ACK carries the duplicate's
+            // own PSN: acknowledging `epsn - 1` (as rxe does) can cover a later READ whose
+            // responses are still in flight and make the requester retry it for nothing.
             Class::Send | Class::Write => {
-                let (last, msn) = (self.resp.epsn.sub(1), self.resp.msn);
-                self.resp.push_ack(last, msn, &mut ctx.counters.ack_deferred);
+                let msn = self.resp.msn;
+                self.resp.push_ack(psn, msn, &mut ctx.counters.ack_deferred);
             }
             Class::Other => match info.operation {
                 Operation::ReadRequest => {
                     let Some(reth) = p.roce.ext.reth else { return };
                     let found = self.resp.resources.iter().find_map(|r| match *r {
-                        Resource::Read { first_psn, last_psn, va, rkey, len } if psn.within(first_psn, last_psn) => {
-                            Some((first_psn, last_psn, va, rkey, len))
+                        Resource::Read { first_psn, last_psn, va, rkey, len, msn }
+                            if psn.within(first_psn, last_psn) =>
+                        {
+                            Some((first_psn, last_psn, va, rkey, len, msn))
                         }
                         _ => None,
                     });
                     // The repeated request must ask for (part of) what the original asked for.
-                    if let Some((first, last, va, rkey, len)) = found {
+                    if let Some((first, last, va, rkey, len, msn)) = found {
                         let inside = rkey == reth.rkey
                             && reth.va >= va
                             && reth.va.saturating_add(reth.dma_len as u64) <= va + len as u64;
@@ -514,6 +525,7 @@ impl Qp {
                                 rkey,
                                 off: 0,
                                 len: reth.dma_len,
+                                msn,
                             });
                         }
                     }
@@ -574,7 +586,7 @@ impl Qp {
                 self.resp.out.pop_front();
                 (uroce_wire::Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, 0, None)
             }
-            RespOut::Read { psn, va, rkey, off, len } => {
+            RespOut::Read { psn, va, rkey, off, len, msn } => {
                 let n = (len - off).min(mtu);
                 let first = off == 0;
                 let last = off + n == len;
@@ -586,7 +598,7 @@ impl Qp {
                 };
                 // AETH on FIRST, LAST and ONLY (IBTA §9.3.5).
                 if has_aeth {
-                    ext.aeth = Some(AethRepr { syndrome: Syndrome::ACK_UNLIMITED, msn: self.resp.msn });
+                    ext.aeth = Some(AethRepr { syndrome: Syndrome::ACK_UNLIMITED, msn });
                 }
                 if last {
                     self.resp.out.pop_front();

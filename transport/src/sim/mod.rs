@@ -26,6 +26,10 @@ pub struct LinkConfig {
     pub delay: Duration,
     /// Extra random delay, uniform in `[0, jitter)`: reorders frames.
     pub jitter: Duration,
+    /// Probability a frame is held back by an extra `reorder_delay` (so later frames pass it).
+    pub reorder: f64,
+    /// Extra delay of a reordered frame.
+    pub reorder_delay: Duration,
     /// Probability a frame is lost.
     pub loss: f64,
     /// Probability a frame is delivered twice.
@@ -43,6 +47,8 @@ impl Default for LinkConfig {
         LinkConfig {
             delay: Duration::from_micros(5),
             jitter: Duration::ZERO,
+            reorder: 0.0,
+            reorder_delay: Duration::from_micros(20),
             loss: 0.0,
             dup: 0.0,
             corrupt: 0.0,
@@ -67,6 +73,8 @@ pub struct WireStats {
     pub corrupted: u64,
     /// Frames marked CE.
     pub ce_marked: u64,
+    /// Frames held back (reordered).
+    pub reordered: u64,
     /// Frames to an unknown MAC.
     pub unroutable: u64,
 }
@@ -80,7 +88,8 @@ pub struct Node {
     link_free: Instant,
 }
 
-type Tap = Box<dyn FnMut(Instant, &[u8])>;
+/// Sees every frame put on the wire.
+pub type Tap = Box<dyn FnMut(Instant, &[u8])>;
 
 /// A frame on the wire: (arrival, sequence number, destination node, bytes).
 type InFlight = Reverse<(Instant, u64, usize, Vec<u8>)>;
@@ -208,12 +217,16 @@ impl Network {
             1
         };
         for c in 0..copies {
-            let jitter = if self.link.jitter.is_zero() {
+            let mut extra = if self.link.jitter.is_zero() {
                 Duration::ZERO
             } else {
                 Duration::from_nanos(self.rng.next_u64() % self.link.jitter.as_nanos() as u64)
             };
-            let at = depart + self.link.delay + jitter;
+            if self.chance(self.link.reorder) {
+                self.stats.reordered += 1;
+                extra += self.link.reorder_delay;
+            }
+            let at = depart + self.link.delay + extra;
             self.seq += 1;
             let f = if c + 1 == copies { core::mem::take(&mut frame) } else { frame.clone() };
             self.wire.push(Reverse((at, self.seq, to, f)));
