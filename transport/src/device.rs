@@ -333,12 +333,45 @@ impl Device {
         self.reg_mr_inner(pd, memory, Some(iova), access)
     }
 
+    /// Register `memory` at `iova` under a chosen key (L_Key = R_Key = `key`), for replaying
+    /// captured traffic and for crafting traffic at another implementation. Normal code uses
+    /// [`Device::reg_mr`], whose keys are random.
+    pub fn reg_mr_with_key(
+        &mut self,
+        pd: PdHandle,
+        memory: Box<[u8]>,
+        iova: u64,
+        access: AccessFlags,
+        key: u32,
+    ) -> Result<MrInfo, VerbsError> {
+        if key == 0 || self.mrs.get(key).is_some() {
+            return Err(VerbsError::Busy("memory key"));
+        }
+        let mut once = Some(key);
+        self.reg_mr_keyed(pd, memory, Some(iova), access, &mut || once.take().unwrap_or(0))
+    }
+
     fn reg_mr_inner(
         &mut self,
         pd: PdHandle,
         memory: Box<[u8]>,
         iova: Option<u64>,
         access: AccessFlags,
+    ) -> Result<MrInfo, VerbsError> {
+        // Random 32-bit keys (eight candidates: a collision with a live key is vanishingly rare).
+        let mut keys = [0u32; 8];
+        keys.iter_mut().for_each(|k| *k = self.rng.next_u32());
+        let mut it = keys.into_iter();
+        self.reg_mr_keyed(pd, memory, iova, access, &mut || it.next().unwrap_or(0))
+    }
+
+    fn reg_mr_keyed(
+        &mut self,
+        pd: PdHandle,
+        memory: Box<[u8]>,
+        iova: Option<u64>,
+        access: AccessFlags,
+        next_key: &mut dyn FnMut() -> u32,
     ) -> Result<MrInfo, VerbsError> {
         if !self.pd_ok(pd) {
             return Err(VerbsError::NoSuchObject("PD"));
@@ -355,8 +388,8 @@ impl Device {
             }
         }
         let length = memory.len();
-        let rng = &mut self.rng;
-        let (key, addr) = self.mrs.insert(pd, memory, iova, access, || rng.next_u32());
+        let (key, addr) =
+            self.mrs.insert(pd, memory, iova, access, next_key).ok_or(VerbsError::Exhausted("memory keys"))?;
         Ok(MrInfo { lkey: key, rkey: key, addr, length })
     }
 
@@ -448,6 +481,18 @@ impl Device {
             }
         };
         self.qps.insert(qpn, Qp::new(Qpn::new(qpn), pd, init));
+        Ok(qpn)
+    }
+
+    /// `ibv_create_qp` with a chosen QP number (replaying captures, crafting traffic).
+    pub fn create_qp_with_qpn(&mut self, pd: PdHandle, init: &QpInitAttr, qpn: u32) -> Result<u32, VerbsError> {
+        if qpn == 0 || qpn > 0xff_ffff || self.qps.contains_key(&qpn) {
+            return Err(VerbsError::InvalidArgument("QP number in use or out of range"));
+        }
+        let q = self.create_qp(pd, init)?;
+        let mut qp = self.qps.remove(&q).expect("just created");
+        qp.qpn = Qpn::new(qpn);
+        self.qps.insert(qpn, qp);
         Ok(qpn)
     }
 

@@ -71,24 +71,20 @@ pub struct MrTable {
 }
 
 impl MrTable {
-    /// Add a region under a fresh key drawn by `next_key` (retries on collision and on 0).
+    /// Add a region under the first key drawn by `next_key` that is non-zero and free (up to 8
+    /// draws). Returns the key and the region's address, or `None` if no key was found.
     pub fn insert(
         &mut self,
         pd: PdHandle,
         memory: Box<[u8]>,
         iova: Option<u64>,
         access: AccessFlags,
-        mut next_key: impl FnMut() -> u32,
-    ) -> (u32, u64) {
-        let key = loop {
-            let k = next_key();
-            if k != 0 && !self.by_key.contains_key(&k) {
-                break k;
-            }
-        };
+        next_key: &mut dyn FnMut() -> u32,
+    ) -> Option<(u32, u64)> {
+        let key = (0..8).map(|_| next_key()).find(|k| *k != 0 && !self.by_key.contains_key(k))?;
         let addr = iova.unwrap_or(memory.as_ptr() as u64);
         self.by_key.insert(key, MemoryRegion { lkey: key, rkey: key, addr, access, pd, memory });
-        (key, addr)
+        Some((key, addr))
     }
 
     /// Remove a region and hand its memory back.
@@ -133,16 +129,18 @@ mod tests {
     fn table() -> (MrTable, u32, u64) {
         let mut t = MrTable::default();
         let mut k = 0x1234_0000u32;
-        let (key, addr) = t.insert(
-            PdHandle(1),
-            vec![0u8; 4096].into_boxed_slice(),
-            Some(0x10_0000),
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-            || {
-                k += 1;
-                k
-            },
-        );
+        let (key, addr) = t
+            .insert(
+                PdHandle(1),
+                vec![0u8; 4096].into_boxed_slice(),
+                Some(0x10_0000),
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+                &mut || {
+                    k += 1;
+                    k
+                },
+            )
+            .unwrap();
         (t, key, addr)
     }
 
@@ -168,7 +166,7 @@ mod tests {
         let mut t = MrTable::default();
         let mem = vec![0u8; 64].into_boxed_slice();
         let p = mem.as_ptr() as u64;
-        let (_, addr) = t.insert(PdHandle(0), mem, None, AccessFlags::NONE, || 7);
+        let (_, addr) = t.insert(PdHandle(0), mem, None, AccessFlags::NONE, &mut || 7).unwrap();
         assert_eq!(addr, p);
     }
 

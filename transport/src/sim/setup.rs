@@ -89,8 +89,13 @@ pub struct QpEnd {
 
 /// Create a PD, a CQ and an RC QP on `node`.
 pub fn create(net: &mut Network, node: usize, o: &QpOptions) -> Result<QpEnd, VerbsError> {
+    let pd = net.dev(node).alloc_pd();
+    create_in(net, node, pd, o)
+}
+
+/// Create a CQ and an RC QP on `node` in an existing PD.
+pub fn create_in(net: &mut Network, node: usize, pd: PdHandle, o: &QpOptions) -> Result<QpEnd, VerbsError> {
     let d = net.dev(node);
-    let pd = d.alloc_pd();
     let cq = d.create_cq(1 << 16)?;
     let qpn =
         d.create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap: o.cap, sq_sig_all: false })?;
@@ -145,13 +150,19 @@ pub fn connect_one(
 pub fn connect(net: &mut Network, a: usize, b: usize, o: &QpOptions) -> Result<(QpEnd, QpEnd), VerbsError> {
     let qa = create(net, a, o)?;
     let qb = create(net, b, o)?;
+    connect_ends(net, &qa, &qb, o)?;
+    Ok((qa, qb))
+}
+
+/// Connect two created QPs (e.g. from [`create_in`], to share a PD with other QPs).
+pub fn connect_ends(net: &mut Network, qa: &QpEnd, qb: &QpEnd, o: &QpOptions) -> Result<(), VerbsError> {
+    let (a, b) = (qa.node, qb.node);
     let (pa, pb) = match o.psns {
         Some(p) => p,
         None => (net.dev(a).random_psn(), net.dev(b).random_psn()),
     };
-    connect_one(net, &qa, &qb, pa, pb, o)?;
-    connect_one(net, &qb, &qa, pb, pa, o)?;
-    Ok((qa, qb))
+    connect_one(net, qa, qb, pa, pb, o)?;
+    connect_one(net, qb, qa, pb, pa, o)
 }
 
 /// Register `len` bytes filled by `fill(i)` on `node`'s PD `pd`.

@@ -1,0 +1,161 @@
+//! Hostile input at the device boundary: every frame that must not reach a QP is dropped and
+//! counted — bad ICRC, unknown QP, wrong source, wrong destination, bad P_Key, wrong opcode
+//! class — and a correct frame still gets through afterwards.
+
+mod common;
+
+use common::*;
+use uroce_transport::sim::setup::*;
+use uroce_transport::sim::LinkConfig;
+use uroce_transport::*;
+use uroce_wire::*;
+
+/// Build a WRITE_ONLY frame from `from` to `to`'s QP as if from the connected peer.
+fn frame(
+    src_ip: std::net::Ipv4Addr,
+    dst_ip: std::net::Ipv4Addr,
+    qpn: u32,
+    psn: u32,
+    va: u64,
+    rkey: u32,
+    pkey: u16,
+    opcode: Opcode,
+) -> Vec<u8> {
+    let info = opcode.info().unwrap();
+    let mut ext = ExtHeaders { reth: Some(RethRepr { va, rkey, dma_len: 4 }), ..Default::default() };
+    if info.headers.contains(uroce_wire::opcode::HeaderKind::Deth) {
+        ext.deth = Some(DethRepr { qkey: 1, src_qp: Qpn::new(1) });
+        ext.reth = None;
+    }
+    let r = FrameRepr {
+        eth: EthernetRepr { src_addr: mac(1), dst_addr: mac(2), vlan: None, ethertype: EtherType::IPV4 },
+        ip: IpRepr::V4(Ipv4Repr {
+            src_addr: src_ip,
+            dst_addr: dst_ip,
+            dscp: 0,
+            ecn: Ecn::NotEct,
+            ident: 0,
+            dont_frag: true,
+            ttl: 64,
+            protocol: 17,
+            payload_len: 0,
+        }),
+        udp: UdpRepr { src_port: 0xc000, dst_port: ROCE_V2_PORT },
+        roce: RoceRepr {
+            bth: BthRepr {
+                opcode,
+                solicited: false,
+                mig_req: false,
+                pad_count: 0,
+                pkey,
+                fecn: false,
+                becn: false,
+                dest_qp: Qpn::new(qpn),
+                ack_req: true,
+                psn: Psn::new(psn),
+            },
+            ext,
+            payload_len: 4,
+        },
+    };
+    let mut b = vec![0u8; r.buffer_len()];
+    r.emit(&mut b, UdpChecksum::Zero, |p| p.copy_from_slice(&[1, 2, 3, 4])).unwrap();
+    b
+}
+
+#[test]
+fn hostile_frames_are_dropped_and_counted() {
+    let o = QpOptions { psns: Some((100, 200)), ..Default::default() };
+    let (mut net, _a, b) = pair(31, LinkConfig::default(), &o);
+    let dst = reg(&mut net, 1, b.pd, 64, ALL_ACCESS, |_| 0);
+    let now = Instant::ZERO;
+    let (peer, me) = (ipv4(1), ipv4(2));
+    let ok = frame(peer, me, b.qpn, 100, dst.addr, dst.rkey, 0xffff, Opcode::RC_RDMA_WRITE_ONLY);
+
+    let mut bad_icrc = ok.clone();
+    let n = bad_icrc.len();
+    bad_icrc[n - 2] ^= 0x10;
+    let cases: Vec<(&str, Vec<u8>, RxDrop)> = vec![
+        ("bad ICRC", bad_icrc, RxDrop::Icrc),
+        (
+            "unknown QP",
+            frame(peer, me, b.qpn ^ 1, 100, dst.addr, dst.rkey, 0xffff, Opcode::RC_RDMA_WRITE_ONLY),
+            RxDrop::UnknownQp(b.qpn ^ 1),
+        ),
+        (
+            "wrong source",
+            frame(ipv4(9), me, b.qpn, 100, dst.addr, dst.rkey, 0xffff, Opcode::RC_RDMA_WRITE_ONLY),
+            RxDrop::BadSource,
+        ),
+        (
+            "wrong destination",
+            frame(peer, ipv4(7), b.qpn, 100, dst.addr, dst.rkey, 0xffff, Opcode::RC_RDMA_WRITE_ONLY),
+            RxDrop::WrongDestination,
+        ),
+        (
+            "bad P_Key",
+            frame(peer, me, b.qpn, 100, dst.addr, dst.rkey, 0x1234, Opcode::RC_RDMA_WRITE_ONLY),
+            RxDrop::BadPkey,
+        ),
+        ("UD opcode to an RC QP", frame(peer, me, b.qpn, 100, 0, 0, 0xffff, Opcode::UD_SEND_ONLY), RxDrop::BadOpcode),
+        ("truncated", ok[..ok.len() - 9].to_vec(), RxDrop::Malformed(parse_frame(&ok[..ok.len() - 9]).unwrap_err())),
+    ];
+    for (what, f, want) in &cases {
+        assert_eq!(net.dev(1).handle_frame(now, f), Err(*want), "{what}");
+        assert!(net.dev(1).poll_transmit(now, &mut [0u8; 9000]).is_none(), "{what}: nothing answers it");
+    }
+    let c = *net.dev(1).counters();
+    assert_eq!(
+        (
+            c.icrc_err,
+            c.dropped_unknown_qp,
+            c.dropped_bad_src,
+            c.dropped_wrong_dst,
+            c.dropped_bad_pkey,
+            c.dropped_bad_opcode,
+            c.malformed_pkts,
+            c.rcvd_pkts
+        ),
+        (1, 1, 1, 1, 1, 1, 1, 0)
+    );
+    assert!(mr_bytes(&mut net, 1, &dst).iter().all(|&x| x == 0), "no frame wrote memory");
+    // The QP is unharmed: the good frame is executed and acknowledged.
+    assert_eq!(net.dev(1).handle_frame(now, &ok), Ok(()));
+    assert_eq!(&mr_bytes(&mut net, 1, &dst)[..4], &[1, 2, 3, 4]);
+    let mut buf = [0u8; 9000];
+    let n = net.dev(1).poll_transmit(now, &mut buf).expect("an ACK");
+    let p = parse_frame(&buf[..n]).unwrap();
+    assert_eq!(p.roce.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+    assert_eq!(p.roce.bth.psn, Psn::new(100));
+    assert_eq!(p.roce.ext.aeth.unwrap().syndrome, Syndrome::ACK_UNLIMITED);
+}
+
+#[test]
+fn out_of_sequence_gets_one_nak_then_silence() {
+    let o = QpOptions { psns: Some((100, 200)), ..Default::default() };
+    let (mut net, _a, b) = pair(32, LinkConfig::default(), &o);
+    let dst = reg(&mut net, 1, b.pd, 64, ALL_ACCESS, |_| 0);
+    let mut buf = [0u8; 9000];
+    let f = |psn| frame(ipv4(1), ipv4(2), b.qpn, psn, dst.addr, dst.rkey, 0xffff, Opcode::RC_RDMA_WRITE_ONLY);
+    // PSNs 101, 102, 103 while 100 is expected: one NAK PSN sequence error for 100.
+    for psn in [101, 102, 103] {
+        net.dev(1).handle_frame(Instant::ZERO, &f(psn)).unwrap();
+    }
+    let n = net.dev(1).poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    let p = parse_frame(&buf[..n]).unwrap();
+    assert_eq!(p.roce.ext.aeth.unwrap().syndrome, Syndrome::Nak(NakCode::PsnSequenceError));
+    assert_eq!(p.roce.bth.psn, Psn::new(100));
+    assert!(net.dev(1).poll_transmit(Instant::ZERO, &mut buf).is_none(), "only one NAK per gap (C9-110)");
+    assert_eq!(net.dev(1).counters().out_of_seq_request, 3);
+    assert_eq!(net.dev(1).counters().send_seq_err, 1);
+    // A duplicate (behind the expected PSN) is re-acknowledged, not executed again.
+    net.dev(1).handle_frame(Instant::ZERO, &f(100)).unwrap();
+    let _ = net.dev(1).poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    net.dev(1).mr_mut(dst.lkey).unwrap().as_mut_slice()[..4].fill(0);
+    net.dev(1).handle_frame(Instant::ZERO, &f(100)).unwrap();
+    let n = net.dev(1).poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    let p = parse_frame(&buf[..n]).unwrap();
+    assert_eq!((p.roce.bth.opcode, p.roce.bth.psn), (Opcode::RC_ACKNOWLEDGE, Psn::new(100)));
+    assert!(mr_bytes(&mut net, 1, &dst)[..4].iter().all(|&x| x == 0), "duplicate executed again");
+    assert_eq!(net.dev(1).counters().duplicate_request, 1);
+}
