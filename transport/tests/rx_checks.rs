@@ -10,6 +10,7 @@ use uroce_transport::sim::LinkConfig;
 use uroce_transport::*;
 use uroce_wire::*;
 
+#[allow(clippy::too_many_arguments)]
 /// Build a WRITE_ONLY frame from `from` to `to`'s QP as if from the connected peer.
 fn frame(
     src_ip: std::net::Ipv4Addr,
