@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 mod pcap_cmd;
+mod sim_cmd;
 
 /// uroce: a userspace RoCEv2 stack.
 #[derive(Parser, Debug)]
@@ -34,6 +35,17 @@ enum Command {
         /// Output file.
         file: PathBuf,
     },
+    /// Run the RC engine over a simulated lossy network.
+    #[command(subcommand)]
+    Sim(SimCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum SimCommand {
+    /// Random work requests of every operation and size over Q QP pairs, every byte and every
+    /// completion checked; prints `ops: N ok: N failed: N data_mismatch: N retransmits: N naks:
+    /// N sim_time_ms: X` and exits non-zero on any failure or mismatch.
+    Soak(sim_cmd::SoakArgs),
 }
 
 /// Parse arguments and run.
@@ -42,5 +54,6 @@ pub fn run() -> Result<std::process::ExitCode> {
     match cli.command {
         Command::Pcap { files, quiet } => pcap_cmd::check(&files, quiet),
         Command::GenPcap { file } => pcap_cmd::generate(&file),
+        Command::Sim(SimCommand::Soak(a)) => sim_cmd::soak(&a),
     }
 }

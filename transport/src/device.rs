@@ -22,7 +22,7 @@ use crate::time::Instant;
 use crate::verbs::*;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::net::IpAddr;
 use uroce_wire::opcode::Transport;
 use uroce_wire::*;
@@ -192,10 +192,10 @@ impl FrameTemplate {
     }
 
     /// Emit a whole frame; `fill` writes the payload in place.
+    #[inline]
     pub(crate) fn emit(&self, buf: &mut [u8], roce: &RoceRepr, fill: impl FnOnce(&mut [u8])) -> Option<usize> {
-        let mut f = self.frame;
-        f.roce = *roce;
-        f.emit(buf, self.csum, fill).ok()
+        let f = &self.frame;
+        emit_frame(&f.eth, &f.ip, &f.udp, roce, buf, self.csum, fill).ok()
     }
 }
 
@@ -242,7 +242,7 @@ pub struct Device {
     pds: Vec<bool>,
     mrs: MrTable,
     cqs: Vec<Option<Cq>>,
-    qps: HashMap<u32, Qp>,
+    qps: crate::mr::U32Map<Qp>,
     ready: VecDeque<u32>,
     timers: BTreeSet<(Instant, u32, TimerKind)>,
     counters: Counters,
@@ -263,7 +263,7 @@ impl Device {
             pds: Vec::new(),
             mrs: MrTable::default(),
             cqs: Vec::new(),
-            qps: HashMap::new(),
+            qps: Default::default(),
             ready: VecDeque::new(),
             timers: BTreeSet::new(),
             counters: Counters::default(),
@@ -699,9 +699,14 @@ impl Device {
 
     /// Feed one received Ethernet frame.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), RxDrop> {
-        let p = match parse_frame(frame) {
+        let parsed = if self.cfg.check_icrc { parse_frame_verified(frame) } else { parse_frame(frame) };
+        let p = match parsed {
             Ok(p) => p,
             Err(e) if e.is_not_roce() => return Err(RxDrop::NotRoce),
+            Err(uroce_wire::Error::IcrcMismatch { .. }) => {
+                self.counters.icrc_err += 1;
+                return Err(RxDrop::Icrc);
+            }
             Err(e) => {
                 self.counters.malformed_pkts += 1;
                 return Err(RxDrop::Malformed(e));
@@ -710,13 +715,9 @@ impl Device {
         self.handle_parsed(now, &p)
     }
 
-    /// Feed one received frame that is already parsed (the I/O layer parsed it, e.g. to
-    /// reconstruct the headers a UDP socket does not deliver).
+    /// Feed one received frame that is already parsed and whose ICRC the caller verified (or
+    /// chose not to: an I/O layer that reconstructs headers a UDP socket does not deliver).
     pub fn handle_parsed(&mut self, now: Instant, p: &ParsedFrame<'_>) -> Result<(), RxDrop> {
-        if self.cfg.check_icrc && !cfg!(fuzzing) && p.check_icrc().is_err() {
-            self.counters.icrc_err += 1;
-            return Err(RxDrop::Icrc);
-        }
         let dst = p.ip.dst_addr();
         if !self.cfg.gids.iter().any(|g| g.to_ip() == dst) {
             self.counters.dropped_wrong_dst += 1;

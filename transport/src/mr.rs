@@ -10,6 +10,30 @@
 use crate::verbs::{AccessFlags, PdHandle};
 use std::collections::HashMap;
 
+/// A hasher for 32-bit keys that are already random or dense (QPNs, memory keys): one
+/// multiplication (Fibonacci hashing) instead of SipHash, on the per-packet lookup path.
+/// Keys come from the device's RNG or from the peer; a peer choosing keys to collide only
+/// slows its own lookups (hashbrown's probing stays correct).
+#[derive(Clone, Copy, Default, Debug)]
+pub struct U32Hasher(u64);
+
+impl std::hash::Hasher for U32Hasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (n as u64 ^ 0x5555_5555).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// `BuildHasher` for [`U32Hasher`].
+pub type U32Map<V> = HashMap<u32, V, std::hash::BuildHasherDefault<U32Hasher>>;
+
 /// A registered memory region.
 #[derive(Debug)]
 pub struct MemoryRegion {
@@ -67,7 +91,7 @@ pub enum AccessError {
 /// All regions of a device, by key.
 #[derive(Debug, Default)]
 pub struct MrTable {
-    by_key: HashMap<u32, MemoryRegion>,
+    by_key: U32Map<MemoryRegion>,
 }
 
 impl MrTable {
@@ -111,6 +135,10 @@ impl MrTable {
     /// the offset in the region. A zero `need` skips the permission check (local reads).
     pub fn check(&self, key: u32, pd: PdHandle, va: u64, len: u64, need: AccessFlags) -> Result<usize, AccessError> {
         let mr = self.by_key.get(&key).ok_or(AccessError::NoSuchKey)?;
+        Self::check_mr(mr, pd, va, len, need)
+    }
+
+    fn check_mr(mr: &MemoryRegion, pd: PdHandle, va: u64, len: u64, need: AccessFlags) -> Result<usize, AccessError> {
         if mr.pd != pd {
             return Err(AccessError::WrongPd);
         }
@@ -118,6 +146,27 @@ impl MrTable {
             return Err(AccessError::NoPermission);
         }
         mr.offset_of(va, len).ok_or(AccessError::OutOfBounds)
+    }
+
+    /// [`MrTable::check`], then the checked bytes themselves (one lookup).
+    pub fn slice(&self, key: u32, pd: PdHandle, va: u64, len: usize, need: AccessFlags) -> Result<&[u8], AccessError> {
+        let mr = self.by_key.get(&key).ok_or(AccessError::NoSuchKey)?;
+        let off = Self::check_mr(mr, pd, va, len as u64, need)?;
+        Ok(&mr.memory[off..off + len])
+    }
+
+    /// [`MrTable::check`], then the checked bytes, writable (one lookup).
+    pub fn slice_mut(
+        &mut self,
+        key: u32,
+        pd: PdHandle,
+        va: u64,
+        len: usize,
+        need: AccessFlags,
+    ) -> Result<&mut [u8], AccessError> {
+        let mr = self.by_key.get_mut(&key).ok_or(AccessError::NoSuchKey)?;
+        let off = Self::check_mr(mr, pd, va, len as u64, need)?;
+        Ok(&mut mr.memory[off..off + len])
     }
 }
 

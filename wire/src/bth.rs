@@ -160,6 +160,7 @@ pub struct BthRepr {
 
 impl BthRepr {
     /// Parse a checked header. Rejects TVer != 0 (rxe `hdr_check`: "bad tver").
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &BthHeader<T>, off: usize) -> Result<BthRepr, Error> {
         if h.tver() != 0 {
             return Err(Error::BadField { layer: Layer::Bth, offset: off, field: "TVer", value: h.tver() as u32 });
@@ -179,6 +180,7 @@ impl BthRepr {
     }
 
     /// Write the 12 bytes.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut BthHeader<T>) {
         h.set_opcode(self.opcode);
         h.set_flags(self.solicited, self.mig_req, self.pad_count);

@@ -209,6 +209,7 @@ pub struct ExtHeaders {
 impl ExtHeaders {
     /// Parse the extension headers of an opcode from `b`, which starts right after the BTH and
     /// holds at least `info.header_len - 12` bytes (the caller checked).
+    #[inline]
     pub(crate) fn parse(info: &OpcodeInfo, b: &[u8]) -> ExtHeaders {
         let h = info.headers;
         // Offsets in the table are from the BTH start.
@@ -259,10 +260,10 @@ impl ExtHeaders {
 
     /// Write the headers the opcode requires into `b` (starting right after the BTH,
     /// `info.header_len - 12` bytes). Call [`ExtHeaders::check`] first.
+    #[inline]
     pub(crate) fn emit(&self, info: &OpcodeInfo, b: &mut [u8]) {
-        let h = info.headers;
         let mut put = |k: HeaderKind, f: &mut dyn FnMut(&mut [u8])| {
-            if let Some(o) = h.offset(k) {
+            if let Some(o) = info.offset(k) {
                 let o = o - crate::bth::HEADER_LEN;
                 f(&mut b[o..o + k.size()]);
             }

@@ -62,32 +62,55 @@ fn mask(p: &mut [u8], v6: bool) {
     p[ip_len + UDP_LEN + 4] = 0xff; // BTH FECN | BECN | resv6
 }
 
-/// Packets up to this many bytes (IP header .. pad) are staged whole on the stack and fed to
-/// the CRC in one call: for small packets the fixed cost of a second SIMD CRC pass (setup,
-/// reduction, byte-wise tail) dominates, and one pass over a stack copy is faster. Larger
-/// packets copy only the (at most 60-byte) masked prefix; the payload is read in place.
-const STAGE_WHOLE: usize = 256;
+/// The masks of [`mask`] as 16-byte words (little-endian), for the prefix chunks 0..4: set
+/// bits are the variant fields. IPv4: ToS (1), TTL (8), header checksum (10, 11), UDP checksum
+/// (26, 27), BTH byte 4 (32). IPv6: traffic class and flow label (low nibble of 0, 1..=3), hop
+/// limit (7), UDP checksum (46, 47), BTH byte 4 (52).
+const fn byte_mask(bytes: &[(usize, u8)]) -> [u128; 4] {
+    let mut m = [0u128; 4];
+    let mut i = 0;
+    while i < bytes.len() {
+        let (at, v) = bytes[i];
+        m[at / 16] |= (v as u128) << ((at % 16) * 8);
+        i += 1;
+    }
+    m
+}
+const MASK_V4: [u128; 4] =
+    byte_mask(&[(1, 0xff), (8, 0xff), (10, 0xff), (11, 0xff), (26, 0xff), (27, 0xff), (32, 0xff)]);
+const MASK_V6: [u128; 4] =
+    byte_mask(&[(0, 0x0f), (1, 0xff), (2, 0xff), (3, 0xff), (7, 0xff), (46, 0xff), (47, 0xff), (52, 0xff)]);
 
 /// The ICRC of a RoCEv2 packet. `l3` runs from the first byte of the IP header to the last
 /// byte of the pad (the 4 ICRC bytes excluded). Returns the value whose little-endian bytes
 /// go on the wire.
+///
+/// One pass over the packet in two `crc32fast` updates: the masked IP + UDP + BTH prefix (40
+/// or 60 bytes) built on the stack, then the rest read in place — no copy of the payload. The
+/// prefix is masked with 16-byte OR-and-store operations, not byte stores: a byte store
+/// followed at once by the CRC's 16-byte load of the same bytes defeats store-to-load
+/// forwarding and stalls the CPU (measured: ~14 ns per packet, more than the CRC of a small
+/// packet itself).
 pub fn compute(l3: &[u8]) -> Result<u32, Error> {
     let (n, v6) = prefix(l3)?;
-    let mut h = crc32fast::Hasher::new_with_initial(LRH_CRC);
-    if l3.len() <= STAGE_WHOLE {
-        let mut buf = [0u8; STAGE_WHOLE];
-        let buf = &mut buf[..l3.len()];
-        buf.copy_from_slice(l3);
-        mask(buf, v6);
-        h.update(buf);
+    let chunks = n.div_ceil(16);
+    let mut hdr = [0u8; 64];
+    if l3.len() >= chunks * 16 {
+        let m = if v6 { &MASK_V6 } else { &MASK_V4 };
+        for (i, mask) in m.iter().enumerate().take(chunks) {
+            let mut w = [0u8; 16];
+            w.copy_from_slice(&l3[i * 16..i * 16 + 16]);
+            let v = u128::from_le_bytes(w) | mask;
+            hdr[i * 16..i * 16 + 16].copy_from_slice(&v.to_le_bytes());
+        }
     } else {
-        let mut hdr = [0u8; 60];
-        let hdr = &mut hdr[..n];
-        hdr.copy_from_slice(&l3[..n]);
-        mask(hdr, v6);
-        h.update(hdr);
-        h.update(&l3[n..]);
+        // A packet barely longer than its headers: mask byte by byte.
+        hdr[..n].copy_from_slice(&l3[..n]);
+        mask(&mut hdr[..n], v6);
     }
+    let mut h = crc32fast::Hasher::new_with_initial(LRH_CRC);
+    h.update(&hdr[..n]);
+    h.update(&l3[n..]);
     Ok(h.finalize())
 }
 
@@ -222,6 +245,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn wide_masks_equal_byte_masks() {
+        for v6 in [false, true] {
+            let mut a = [0u8; 64];
+            let n = if v6 { 60 } else { 40 };
+            mask(&mut a[..n], v6);
+            let m = if v6 { &MASK_V6 } else { &MASK_V4 };
+            for (i, w) in m.iter().enumerate() {
+                let mut expect = [0u8; 16];
+                expect.copy_from_slice(&a[i * 16..i * 16 + 16]);
+                assert_eq!(w.to_le_bytes(), expect, "v6={v6} chunk {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn short_packets_take_the_byte_path() {
+        // A 60-byte IPv6 packet (SEND_ONLY, no payload): chunk 3 would read past the end.
+        let mut l3 = vec![0u8; 60];
+        l3[0] = 0x60;
+        assert_eq!(compute(&l3).unwrap(), reference::icrc(&l3));
+        let mut l3 = vec![0u8; 40];
+        l3[0] = 0x45;
+        assert_eq!(compute(&l3).unwrap(), reference::icrc(&l3));
     }
 
     #[test]

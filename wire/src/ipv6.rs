@@ -168,6 +168,7 @@ pub struct Ipv6Repr {
 
 impl Ipv6Repr {
     /// Parse a checked packet.
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &Ipv6Packet<T>) -> Ipv6Repr {
         let tc = p.traffic_class();
         Ipv6Repr {

@@ -62,7 +62,10 @@ pub use ip::{Ecn, IpRepr};
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6Packet, Ipv6Repr};
 pub use opcode::{HeaderKind, Headers, Opcode, OpcodeInfo, Operation, Position, Transport};
-pub use packet::{parse_frame, parse_ip, seal_ip, FrameRepr, Offsets, ParsedFrame, RoceRepr, UdpChecksum};
+pub use packet::{
+    emit_frame, parse_frame, parse_frame_verified, parse_ip, seal_ip, FrameRepr, Offsets, ParsedFrame, RoceRepr,
+    UdpChecksum,
+};
 pub use psn::{Msn, Psn, Qpn};
 pub use udp::{UdpPacket, UdpRepr, ROCE_V2_PORT};
 

@@ -233,6 +233,9 @@ pub struct OpcodeInfo {
     pub headers: Headers,
     /// BTH + extension header bytes (derived).
     pub header_len: usize,
+    /// Offset of each extension header from the BTH start, indexed by `HeaderKind as usize`;
+    /// 0 = absent (derived; a table so the per-packet path does not recompute it).
+    pub offsets: [u8; 9],
     /// Whether packets with this opcode carry a payload (derived).
     pub has_payload: bool,
 }
@@ -250,8 +253,12 @@ impl OpcodeInfo {
         matches!(self.operation, Operation::ReadResponse | Operation::Acknowledge | Operation::AtomicAcknowledge)
     }
     /// Offset of an extension header from the start of the BTH.
+    #[inline]
     pub const fn offset(&self, h: HeaderKind) -> Option<usize> {
-        self.headers.offset(h)
+        match self.offsets[h as usize] {
+            0 => None,
+            o => Some(o as usize),
+        }
     }
 }
 
@@ -313,9 +320,22 @@ const fn derive_payload(op: Operation) -> bool {
     )
 }
 
+const fn derive_offsets(h: Headers) -> [u8; 9] {
+    let mut out = [0u8; 9];
+    let mut i = 0;
+    while i < HeaderKind::ORDER.len() {
+        if let Some(o) = h.offset(HeaderKind::ORDER[i]) {
+            out[HeaderKind::ORDER[i] as usize] = o as u8;
+        }
+        i += 1;
+    }
+    out
+}
+
 const fn info(code: u8, name: &'static str, t: Transport, op: Operation, pos: Position) -> OpcodeInfo {
     let headers = derive_headers(t, op, pos);
     OpcodeInfo {
+        offsets: derive_offsets(headers),
         code,
         name,
         transport: t,
@@ -429,6 +449,38 @@ impl Opcode {
     pub fn name(self) -> Option<&'static str> {
         self.info().map(|i| i.name)
     }
+    /// The RC opcode of a request operation at a position in its message, without a table
+    /// search (the requester's per-packet path). `None` for combinations IBTA does not have
+    /// (e.g. a READ request FIRST).
+    #[inline]
+    pub const fn rc_request(op: Operation, pos: Position) -> Option<Opcode> {
+        use Operation as O;
+        use Position as P;
+        let code = match (op, pos) {
+            (O::Send, P::First) => 0x00,
+            (O::Send, P::Middle) => 0x01,
+            (O::Send, P::Last) => 0x02,
+            (O::SendWithImm, P::Last) => 0x03,
+            (O::Send, P::Only) => 0x04,
+            (O::SendWithImm, P::Only) => 0x05,
+            (O::Write, P::First) => 0x06,
+            (O::Write, P::Middle) => 0x07,
+            (O::Write, P::Last) => 0x08,
+            (O::WriteWithImm, P::Last) => 0x09,
+            (O::Write, P::Only) => 0x0a,
+            (O::WriteWithImm, P::Only) => 0x0b,
+            (O::ReadRequest, P::Only) => 0x0c,
+            (O::CompareSwap, P::Only) => 0x13,
+            (O::FetchAdd, P::Only) => 0x14,
+            (O::SendWithInv, P::Last) => 0x16,
+            (O::SendWithInv, P::Only) => 0x17,
+            (O::Flush, P::Only) => 0x1c,
+            (O::AtomicWrite, P::Only) => 0x1d,
+            _ => return None,
+        };
+        Some(Opcode(code))
+    }
+
     /// Look up an opcode by transport, operation and position.
     pub fn find(t: Transport, op: Operation, pos: Position) -> Option<Opcode> {
         OPCODES.iter().find(|i| i.transport == t && i.operation == op && i.position == pos).map(|i| Opcode(i.code))
@@ -534,6 +586,9 @@ mod tests {
             assert_eq!(n.contains("IMMEDIATE"), i.headers.contains(HeaderKind::ImmDt), "{n}");
             assert_eq!(n.contains("INVALIDATE"), i.headers.contains(HeaderKind::Ieth), "{n}");
             assert_eq!(Opcode::find(i.transport, i.operation, i.position), Some(Opcode(i.code)));
+            if i.transport == Transport::Rc && i.is_request() {
+                assert_eq!(Opcode::rc_request(i.operation, i.position), Some(Opcode(i.code)), "{}", i.name);
+            }
         }
     }
 

@@ -47,6 +47,7 @@ impl RoceRepr {
 
     /// Parse a UDP payload (BTH .. ICRC). `off` is the BTH's offset in the frame, for errors.
     /// Returns the repr and the payload's range within `b`.
+    #[inline]
     pub fn parse(b: &[u8], off: usize) -> Result<(RoceRepr, core::ops::Range<usize>), Error> {
         let bth_view = BthHeader::new_checked(b).map_err(|_| Error::Truncated {
             layer: Layer::Bth,
@@ -199,6 +200,7 @@ impl<'a> ParsedFrame<'a> {
         u32::from_le_bytes([s[0], s[1], s[2], s[3]])
     }
     /// Recompute and compare the ICRC.
+    #[inline]
     pub fn check_icrc(&self) -> Result<(), Error> {
         icrc::verify(&self.bytes[self.offsets.l3..self.offsets.end], self.offsets.icrc)
     }
@@ -211,12 +213,25 @@ impl<'a> ParsedFrame<'a> {
 /// Parse an Ethernet frame carrying RoCEv2. Checks every length, the IPv4 header checksum,
 /// the UDP port and the opcode; does not check the ICRC (see [`ParsedFrame::check_icrc`]).
 /// Trailing bytes after the IP packet (Ethernet padding) are ignored.
+#[inline]
 pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>, Error> {
     let eth = EthernetFrame::new_checked(frame)?;
     let repr = EthernetRepr::parse(&eth);
     let l3 = eth.header_len();
     let mut p = parse_at(frame, l3, repr.ethertype)?;
     p.eth = Some(repr);
+    Ok(p)
+}
+
+/// [`parse_frame`], then [`ParsedFrame::check_icrc`]. An ICRC mismatch is
+/// `Error::IcrcMismatch`. The ICRC check is skipped in fuzzing builds (`cfg(fuzzing)`), where it
+/// would stop the fuzzer from reaching anything behind it.
+#[inline]
+pub fn parse_frame_verified(frame: &[u8]) -> Result<ParsedFrame<'_>, Error> {
+    let p = parse_frame(frame)?;
+    if !cfg!(fuzzing) {
+        p.check_icrc()?;
+    }
     Ok(p)
 }
 
@@ -231,6 +246,7 @@ pub fn parse_ip(packet: &[u8]) -> Result<ParsedFrame<'_>, Error> {
     parse_at(packet, 0, t)
 }
 
+#[inline]
 fn parse_at(frame: &[u8], l3: usize, ethertype: EtherType) -> Result<ParsedFrame<'_>, Error> {
     let (ip, ip_hl, ip_payload_len) = match ethertype {
         EtherType::IPV4 => {
@@ -338,16 +354,7 @@ impl FrameRepr {
     /// Emit the whole frame into `buf`: headers, payload (written by `fill` into the payload
     /// slice), pad, ICRC and (optionally) the UDP checksum. Returns the frame length.
     pub fn emit(&self, buf: &mut [u8], csum: UdpChecksum, fill: impl FnOnce(&mut [u8])) -> Result<usize, Error> {
-        let mut r = *self;
-        r.fixup();
-        let total = r.buffer_len();
-        if buf.len() < total {
-            return Err(Error::BufferTooSmall { need: total, have: buf.len() });
-        }
-        let l2 = r.eth.header_len();
-        r.eth.emit(&mut EthernetFrame::new_unchecked(&mut buf[..l2]));
-        r.emit_ip(&mut buf[l2..total], csum, fill)?;
-        Ok(total)
+        emit_frame(&self.eth, &self.ip, &self.udp, &self.roce, buf, csum, fill)
     }
 
     /// Emit from the IP header on (no Ethernet header) into `buf`; returns the IP packet length.
@@ -363,26 +370,87 @@ impl FrameRepr {
     pub fn emit_ip_unsealed(&self, buf: &mut [u8], fill: impl FnOnce(&mut [u8])) -> Result<usize, Error> {
         let mut r = *self;
         r.fixup();
-        r.roce.check()?;
-        let len = r.ip_len();
+        r.emit_ip_fixed(buf, fill)
+    }
+
+    /// [`FrameRepr::emit_ip_unsealed`] for a repr whose lengths are already fixed up.
+    fn emit_ip_fixed(&self, buf: &mut [u8], fill: impl FnOnce(&mut [u8])) -> Result<usize, Error> {
+        self.roce.check()?;
+        let len = self.ip_len();
         if buf.len() < len {
             return Err(Error::BufferTooSmall { need: len, have: buf.len() });
         }
         let buf = &mut buf[..len];
-        let ip_hl = r.ip.header_len();
-        match r.ip {
+        let ip_hl = self.ip.header_len();
+        match self.ip {
             IpRepr::V4(v4) => v4.emit(&mut Ipv4Packet::new_unchecked(&mut buf[..ip_hl]))?,
             IpRepr::V6(v6) => v6.emit(&mut Ipv6Packet::new_unchecked(&mut buf[..ip_hl]))?,
         }
         let udp_len = len - ip_hl;
-        r.udp.emit(
+        self.udp.emit(
             &mut UdpPacket::new_unchecked(&mut buf[ip_hl..ip_hl + crate::udp::HEADER_LEN]),
             udp_len - crate::udp::HEADER_LEN,
         )?;
         let bth = ip_hl + crate::udp::HEADER_LEN;
-        r.roce.emit(&mut buf[bth..len - ICRC_LEN], fill)?;
+        self.roce.emit(&mut buf[bth..len - ICRC_LEN], fill)?;
         Ok(len)
     }
+}
+
+/// Emit a whole frame from its parts (what [`FrameRepr::emit`] does, without assembling a
+/// `FrameRepr`: a sender keeps the Ethernet, IP and UDP parts of a connection as a template
+/// and passes each packet's transport part). Lengths and the EtherType are derived; the
+/// EtherType and the IP payload length given are ignored. Returns the frame length.
+#[inline]
+pub fn emit_frame(
+    eth: &EthernetRepr,
+    ip: &IpRepr,
+    udp: &UdpRepr,
+    roce: &RoceRepr,
+    buf: &mut [u8],
+    csum: UdpChecksum,
+    fill: impl FnOnce(&mut [u8]),
+) -> Result<usize, Error> {
+    let info = roce.check()?;
+    let roce_len = info.header_len + roce.payload_len + roce.bth.pad_count as usize + ICRC_LEN;
+    let udp_len = crate::udp::HEADER_LEN + roce_len;
+    let ip_hl = ip.header_len();
+    let l2 = eth.header_len();
+    let total = l2 + ip_hl + udp_len;
+    if buf.len() < total {
+        return Err(Error::BufferTooSmall { need: total, have: buf.len() });
+    }
+    let buf = &mut buf[..total];
+    let ethertype = match ip {
+        IpRepr::V4(_) => EtherType::IPV4,
+        IpRepr::V6(_) => EtherType::IPV6,
+    };
+    let mut f = EthernetFrame::new_unchecked(&mut buf[..l2]);
+    f.set_dst_addr(eth.dst_addr);
+    f.set_src_addr(eth.src_addr);
+    f.set_ethertype(eth.vlan, ethertype);
+    let l3 = &mut buf[l2..];
+    match ip {
+        IpRepr::V4(v4) => {
+            let mut v4 = *v4;
+            v4.payload_len = udp_len;
+            v4.emit(&mut Ipv4Packet::new_unchecked(&mut l3[..ip_hl]))?
+        }
+        IpRepr::V6(v6) => {
+            let mut v6 = *v6;
+            v6.payload_len = udp_len;
+            v6.emit(&mut Ipv6Packet::new_unchecked(&mut l3[..ip_hl]))?
+        }
+    }
+    udp.emit(
+        &mut UdpPacket::new_unchecked(&mut l3[ip_hl..ip_hl + crate::udp::HEADER_LEN]),
+        udp_len - crate::udp::HEADER_LEN,
+    )?;
+    let bth = ip_hl + crate::udp::HEADER_LEN;
+    let l3_len = ip_hl + udp_len;
+    roce.emit(&mut l3[bth..l3_len - ICRC_LEN], fill)?;
+    seal_ip(&mut l3[..l3_len], csum)?;
+    Ok(total)
 }
 
 /// Compute and store the ICRC (and, if asked, the UDP checksum) of a complete IP packet

@@ -11,7 +11,7 @@ use super::{Ctx, Qp, MAX_MSG_SIZE, MAX_SGE};
 use crate::mr::MrTable;
 use crate::time::{local_ack_timeout, Instant};
 use crate::verbs::*;
-use uroce_wire::opcode::{Operation, Position, Transport};
+use uroce_wire::opcode::{Operation, Position};
 use uroce_wire::{AtomicEthRepr, ExtHeaders, Opcode, Psn, RethRepr};
 
 /// Requester state.
@@ -71,9 +71,8 @@ pub(crate) fn gather(mrs: &MrTable, pd: PdHandle, src: &Source<'_>, mut off: u64
             continue;
         }
         let n = ((l - off) as usize).min(dst.len() - done);
-        let mo = mrs.check(sge.lkey, pd, sge.addr + off, n as u64, AccessFlags::NONE).map_err(|_| ())?;
-        let mr = mrs.get(sge.lkey).ok_or(())?;
-        dst[done..done + n].copy_from_slice(&mr.as_slice()[mo..mo + n]);
+        let src = mrs.slice(sge.lkey, pd, sge.addr + off, n, AccessFlags::NONE).map_err(|_| ())?;
+        dst[done..done + n].copy_from_slice(src);
         done += n;
         off = 0;
     }
@@ -97,11 +96,10 @@ pub(crate) fn scatter(mrs: &mut MrTable, pd: PdHandle, sges: &[Sge], mut off: u6
             continue;
         }
         let n = ((l - off) as usize).min(src.len() - done);
-        let mo = mrs
-            .check(sge.lkey, pd, sge.addr + off, n as u64, AccessFlags::LOCAL_WRITE)
+        let dst = mrs
+            .slice_mut(sge.lkey, pd, sge.addr + off, n, AccessFlags::LOCAL_WRITE)
             .map_err(|_| WcStatus::LocProtErr)?;
-        let mr = mrs.get_mut(sge.lkey).ok_or(WcStatus::LocProtErr)?;
-        mr.as_mut_slice()[mo..mo + n].copy_from_slice(&src[done..done + n]);
+        dst.copy_from_slice(&src[done..done + n]);
         done += n;
         off = 0;
     }
@@ -271,8 +269,8 @@ impl Qp {
                 return None;
             }
             let retransmission = psn.before(self.req.high_psn);
-            let len = self.build_request(ctx, buf, cur, psn, mtu);
-            let Some(len) = len else {
+            let built = self.build_request(ctx, buf, cur, psn, mtu);
+            let Some((len, send_end)) = built else {
                 // The gather list went bad after posting (region deregistered).
                 self.sq.get_mut(cur).local_err = Some(WcStatus::LocProtErr);
                 continue;
@@ -280,6 +278,8 @@ impl Qp {
             ctx.counters.sent_pkts += 1;
             if retransmission {
                 ctx.counters.retransmitted_pkts += 1;
+            } else if send_end {
+                ctx.counters.rdma_sends += 1;
             }
             if self.req.retrans_deadline.is_none() {
                 self.req.retrans_deadline = local_ack_timeout(self.attr.timeout).map(|t| ctx.now + t);
@@ -289,7 +289,15 @@ impl Qp {
     }
 
     /// Build the packet at `psn` of WQE `cur` (at byte offset `req.cur_off`) and advance.
-    fn build_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8], cur: u64, psn: Psn, mtu: usize) -> Option<usize> {
+    /// Returns the frame length and whether it ended a SEND message.
+    fn build_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+        cur: u64,
+        psn: Psn,
+        mtu: usize,
+    ) -> Option<(usize, bool)> {
         let off = self.req.cur_off;
         if self.sq.get(cur).opcode == WrOpcode::RdmaRead {
             self.sq.get_mut(cur).read_req_off = off;
@@ -344,7 +352,7 @@ impl Qp {
             (Operation::WriteWithImm, false) => Operation::Write,
             (op, _) => op,
         };
-        let opcode = Opcode::find(Transport::Rc, op, position)?;
+        let opcode = Opcode::rc_request(op, position)?;
         // rxe: AckReq on END packets and when more than `ack_req_interval` went without one.
         let ack_req = end || self.req.noack_pkts >= ctx.cfg.ack_req_interval;
         let solicited = end && w.flags.contains(SendFlags::SOLICITED);
@@ -362,9 +370,7 @@ impl Qp {
         } else {
             self.req.noack_pkts += 1;
         }
-        if end && matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv) {
-            ctx.counters.rdma_sends += 1;
-        }
+        let send_end = end && matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv);
         if next_psn.after(self.req.high_psn) {
             self.req.high_psn = next_psn;
         }
@@ -374,7 +380,7 @@ impl Qp {
         } else {
             self.req.cur_off = next_off;
         }
-        Some(len)
+        Some((len, send_end))
     }
 
     /// Go-Back-N: resend from `psn` (IBTA §9.7.5.1.1; rxe `req_retry`): the WQE holding `psn`

@@ -375,8 +375,9 @@ impl Qp {
             InMsg::Write { rkey, va, resid, total } => (rkey, va, resid, total),
             _ => {
                 let reth = p.roce.ext.reth.ok_or(RespError::InvalidRequest)?;
-                // 6. check_rkey; a zero-length WRITE needs no valid R_Key (C9-88).
-                if reth.dma_len > 0 {
+                // 6. check_rkey; a zero-length WRITE needs no valid R_Key (C9-88). For an ONLY
+                // packet the per-packet check below covers exactly the same range.
+                if reth.dma_len > 0 && pos != Position::Only {
                     ctx.mrs
                         .check(reth.rkey, self.pd, reth.va, reth.dma_len as u64, AccessFlags::REMOTE_WRITE)
                         .map_err(|_| RespError::RemoteAccess)?;
@@ -394,12 +395,11 @@ impl Qp {
             return Err(RespError::Rnr);
         }
         if !payload.is_empty() {
-            let off = ctx
+            let dst = ctx
                 .mrs
-                .check(rkey, self.pd, va, payload.len() as u64, AccessFlags::REMOTE_WRITE)
+                .slice_mut(rkey, self.pd, va, payload.len(), AccessFlags::REMOTE_WRITE)
                 .map_err(|_| RespError::RemoteAccess)?;
-            let mr = ctx.mrs.get_mut(rkey).ok_or(RespError::RemoteAccess)?;
-            mr.as_mut_slice()[off..off + payload.len()].copy_from_slice(payload);
+            dst.copy_from_slice(payload);
         }
         self.resp.epsn = self.resp.epsn.add(1);
         if pos.is_end() {
@@ -617,8 +617,8 @@ impl Qp {
             if let Some((va, rkey)) = src {
                 // Re-read (and re-validate) the region for every response packet: it may have
                 // been deregistered since the request was accepted.
-                match mrs.check(rkey, pd, va, b.len() as u64, AccessFlags::REMOTE_READ) {
-                    Ok(off) => b.copy_from_slice(&mrs.get(rkey).expect("checked").as_slice()[off..off + b.len()]),
+                match mrs.slice(rkey, pd, va, b.len(), AccessFlags::REMOTE_READ) {
+                    Ok(src) => b.copy_from_slice(src),
                     Err(_) => ok = b.is_empty(),
                 }
             }

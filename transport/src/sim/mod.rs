@@ -139,6 +139,11 @@ impl Network {
         &mut self.nodes[i].dev
     }
 
+    /// Take the devices out (e.g. to drive two connected devices back to back).
+    pub fn into_devices(self) -> Vec<Device> {
+        self.nodes.into_iter().map(|n| n.dev).collect()
+    }
+
     /// Node `i`.
     pub fn node(&self, i: usize) -> &Node {
         &self.nodes[i]

@@ -1,0 +1,48 @@
+//! `uroce sim soak` end to end: the summary line, the exit status, the pcap option.
+
+use std::process::Command;
+
+fn uroce() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_uroce"))
+}
+
+#[test]
+fn soak_prints_one_summary_line_and_succeeds() {
+    let out = uroce()
+        .args(["sim", "soak", "--ops", "500", "--seed", "3", "--loss", "0.05", "--reorder", "0.02", "--dup", "0.02"])
+        .args(["--corrupt", "0.01", "--mtu", "2048", "--qps", "3"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let f: Vec<&str> = lines[0].split_whitespace().collect();
+    let keys: Vec<&str> = f.iter().step_by(2).copied().collect();
+    assert_eq!(keys, ["ops:", "ok:", "failed:", "data_mismatch:", "retransmits:", "naks:", "sim_time_ms:"]);
+    assert_eq!((f[1], f[3], f[5], f[7]), ("500", "500", "0", "0"));
+    assert!(f[9].parse::<u64>().unwrap() > 0, "5 % loss must cause retransmissions");
+    assert!(f[13].parse::<f64>().unwrap() > 0.0);
+}
+
+#[test]
+fn soak_writes_a_clean_pcap() {
+    let p = std::env::temp_dir().join(format!("uroce-soak-{}.pcap", std::process::id()));
+    let out = uroce().args(["sim", "soak", "--ops", "50", "--ipv6", "--pcap", p.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success());
+    let check = uroce().args(["pcap", "-q", p.to_str().unwrap()]).output().unwrap();
+    assert!(check.status.success());
+    let s = String::from_utf8(check.stdout).unwrap();
+    let n: u64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(n > 50 && s.contains(&format!("roce: {n} icrc_ok: {n} icrc_bad: 0 undecodable: 0")), "{s}");
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn bad_arguments_are_errors() {
+    let out = uroce().args(["sim", "soak", "--mtu", "1000"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--mtu must be"));
+    let out = uroce().args(["sim", "soak", "--loss", "1.5"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
