@@ -1,4 +1,63 @@
-//! The I/O runtime: backends that move RoCEv2 frames between the engine and a network
-//! interface (AF_XDP sockets, or a kernel UDP socket as a fallback).
+//! The I/O runtime's lower half: backends that move whole Ethernet frames between the engine
+//! and a network interface.
+//!
+//! * [`xsk`]: AF_XDP sockets (UMEM, rings) — the fast path; [`xdp`] wraps them (with the XDP
+//!   program from `uroce-xdp-prog`) as a [`Backend`].
+//! * [`udp`]: a kernel UDP socket on port 4791 — the fallback when XDP is not available (no
+//!   root, no driver support). The kernel builds the Ethernet/IP/UDP headers; the backend
+//!   rebuilds them on receive so the engine sees the same frames either way.
+//! * [`netif`]: what the runtime needs to know about an interface (MAC, MTU, addresses) and
+//!   the peer MAC from the kernel's neighbour table (the kernel does ARP/ND).
+//! * [`inject`]: a seeded fault injector at the I/O boundary (drop, duplicate, reorder, delay,
+//!   corrupt, CE-mark) for tests and `uroce perf --inject`.
 
+pub mod inject;
+pub mod netif;
+pub mod udp;
+pub mod xdp;
 pub mod xsk;
+
+use std::io;
+use std::time::Duration;
+
+/// Largest frame a backend handles: a 4096-byte path MTU plus every header RoCEv2 can carry.
+pub const MAX_FRAME: usize = 4096 + 160;
+
+/// A way to send and receive Ethernet frames carrying RoCEv2.
+///
+/// The engine writes transmit frames straight into backend buffers (`send_with`), and reads
+/// received frames where the backend has them (`recv`): for AF_XDP that is UMEM, so the only
+/// payload copy is UMEM ↔ memory region.
+pub trait Backend: Send {
+    /// What the backend is and how it runs (e.g. `af_xdp queue 0 copy mode, native XDP`).
+    fn describe(&self) -> String;
+
+    /// Receive up to `max` frames, calling `f` with each complete Ethernet frame. Returns the
+    /// number delivered (0 when nothing was waiting; never blocks).
+    fn recv(&mut self, max: usize, f: &mut dyn FnMut(&[u8])) -> io::Result<usize>;
+
+    /// Offer a transmit buffer of at least [`MAX_FRAME`] bytes to `build`, which writes one
+    /// frame and returns its length, or `None` when it has nothing to send. `Ok(true)`: a frame
+    /// was queued; `Ok(false)`: `build` had nothing; `Err(WouldBlock)`: no transmit buffer is
+    /// free right now (call [`Backend::flush`] and try later; `build` was not called).
+    fn send_with(&mut self, build: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<bool>;
+
+    /// Push queued frames to the device and reclaim finished transmit buffers.
+    fn flush(&mut self) -> io::Result<()>;
+
+    /// Block until a frame may be readable, or `timeout` passes.
+    fn wait(&mut self, timeout: Duration) -> io::Result<()>;
+
+    /// True when the backend itself verified the ICRC of every frame it delivers (then the
+    /// engine need not verify it again).
+    fn verifies_icrc(&self) -> bool {
+        false
+    }
+
+    /// The UDP source port every frame must carry, when the backend cannot choose it per QP
+    /// (a kernel UDP socket sends from its bound port; the ICRC covers the port, so the engine
+    /// must build frames with exactly this one).
+    fn fixed_udp_src_port(&self) -> Option<u16> {
+        None
+    }
+}

@@ -60,6 +60,9 @@ pub struct DeviceConfig {
     pub udp_checksum: UdpChecksum,
     /// Verify the ICRC of received frames (off only when the I/O layer already did).
     pub check_icrc: bool,
+    /// Send every frame from this UDP source port instead of the per-QP port derived from the
+    /// flow label (a kernel UDP socket backend can only send from its bound port).
+    pub udp_sport: Option<u16>,
     /// Peer quirks.
     pub quirks: Quirks,
 }
@@ -80,6 +83,7 @@ impl DeviceConfig {
             ack_req_interval: 64,
             udp_checksum: UdpChecksum::Zero,
             check_icrc: true,
+            udp_sport: None,
             quirks: Quirks::default(),
         }
     }
@@ -151,7 +155,10 @@ impl FrameTemplate {
                 ethertype: EtherType::IPV4,
             },
             ip,
-            udp: UdpRepr { src_port: udp_sport(av.flow_label, lqpn, rqpn), dst_port: ROCE_V2_PORT },
+            udp: UdpRepr {
+                src_port: cfg.udp_sport.unwrap_or_else(|| udp_sport(av.flow_label, lqpn, rqpn)),
+                dst_port: ROCE_V2_PORT,
+            },
             roce: RoceRepr {
                 bth: BthRepr {
                     opcode: Opcode::RC_ACKNOWLEDGE,
