@@ -54,6 +54,12 @@ pub trait Backend: Send {
         false
     }
 
+    /// A file descriptor that becomes readable when frames arrive, for a runtime that waits
+    /// on it together with other events (`None`: use [`Backend::wait`]).
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
     /// The UDP source port every frame must carry, when the backend cannot choose it per QP
     /// (a kernel UDP socket sends from its bound port; the ICRC covers the port, so the engine
     /// must build frames with exactly this one).
