@@ -8,5 +8,8 @@ pub use uroce_wire as wire;
 
 pub mod cli;
 pub mod io;
+pub mod netns;
 pub mod pcap;
+pub mod perf;
+pub mod runtime;
 pub mod sample;

@@ -4,8 +4,11 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+mod demo_cmd;
 mod pcap_cmd;
+mod perf_cmd;
 mod sim_cmd;
+mod tools;
 
 /// uroce: a userspace RoCEv2 stack.
 #[derive(Parser, Debug)]
@@ -35,9 +38,19 @@ enum Command {
         /// Output file.
         file: PathBuf,
     },
+    /// perftest's tests (ib_write_bw, ib_read_lat, ...) over uroce, with perftest's flags,
+    /// exchange and output: the peer may be another `uroce perf` or stock perftest on rxe or a
+    /// ConnectX. Without HOST this side is the server.
+    Perf(perf_cmd::PerfArgs),
+    /// Two uroce instances and a perftest run between them: as root over AF_XDP between two
+    /// fresh network namespaces joined by veth; otherwise over kernel UDP on loopback.
+    Demo(demo_cmd::DemoArgs),
     /// Run the RC engine over a simulated lossy network.
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Measurement tools for the datapath benchmark (raw AF_XDP blaster, TCP ping-pong).
+    #[command(subcommand)]
+    Tool(tools::ToolCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -55,5 +68,8 @@ pub fn run() -> Result<std::process::ExitCode> {
         Command::Pcap { files, quiet } => pcap_cmd::check(&files, quiet),
         Command::GenPcap { file } => pcap_cmd::generate(&file),
         Command::Sim(SimCommand::Soak(a)) => sim_cmd::soak(&a),
+        Command::Tool(t) => tools::run(t),
+        Command::Perf(a) => perf_cmd::run(&a),
+        Command::Demo(a) => demo_cmd::run(&a),
     }
 }

@@ -812,9 +812,19 @@ impl Device {
         self.timers.first().map(|t| t.0)
     }
 
-    /// Write the next frame to send into `buf` (which must hold a frame of the largest path
-    /// MTU: 4096 + 92 bytes suffice). Responses go before new requests; QPs take turns.
+    /// The largest frame this device can send: the active MTU of payload plus the largest
+    /// header stack (802.1Q, IPv6, UDP, BTH, RETH + ImmDt or AtomicETH), pad and ICRC.
+    pub fn max_frame_len(&self) -> usize {
+        self.cfg.active_mtu.bytes() + 18 + 40 + 8 + 12 + 28 + 3 + 4
+    }
+
+    /// Write the next frame to send into `buf`, which must hold [`Device::max_frame_len`]
+    /// bytes (a smaller buffer gets nothing). Responses go before new requests; QPs take turns.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if buf.len() < self.max_frame_len() {
+            tracing::warn!(have = buf.len(), need = self.max_frame_len(), "poll_transmit: buffer too small");
+            return None;
+        }
         let n = self.ready.len();
         for _ in 0..n {
             let qpn = self.ready.pop_front()?;

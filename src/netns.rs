@@ -1,0 +1,261 @@
+//! Private network namespaces joined by veth pairs: the topology `uroce demo`, the end-to-end
+//! tests and the datapath benchmark run on. Everything it creates is removed on drop.
+//!
+//! ```text
+//!  direct:   ns A [a0 10.N.0.1] <-- veth --> [b0 10.N.0.2] ns B
+//!
+//!  bridged:  ns A [a0] <-veth-> [ma] ns M: bridge br0 [mb] <-veth-> [b0] ns B
+//!                                      nftables bridge-family forward chain:
+//!                                      numgen random drop / dup (real loss, both ways)
+//! ```
+//!
+//! Code runs inside a namespace on a thread that called `setns(CLONE_NEWNET)` ([`spawn_in`]):
+//! network namespaces are per thread, so one process can hold both ends of a link.
+//! Needs root and `ip` (iproute2); loss needs `nft`.
+
+use anyhow::{bail, Context, Result};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::AsRawFd;
+use std::process::{Command, Output};
+use std::thread::JoinHandle;
+
+/// Run `ip` with `args`; an error carries its stderr.
+pub fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip").args(args).output().context("run ip(8) (install iproute2)")?;
+    if !out.status.success() {
+        bail!("ip {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+/// Run a command inside namespace `ns` (`ip netns exec`).
+pub fn exec(ns: &str, cmd: &[&str]) -> Result<Output> {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).args(cmd);
+    c.output().with_context(|| format!("run {cmd:?} in {ns}"))
+}
+
+/// Is this process root?
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Is `prog` on PATH?
+pub fn have(prog: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {prog}")]).output().is_ok_and(|o| o.status.success())
+}
+
+/// Enter namespace `ns` on the calling thread.
+pub fn enter(ns: &str) -> Result<()> {
+    let path = format!("/run/netns/{ns}");
+    let f = std::fs::File::open(&path).with_context(|| format!("open {path}"))?;
+    // SAFETY: setns on a valid namespace descriptor only changes the calling thread's namespace.
+    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc != 0 {
+        bail!("setns {path}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Run `f` on a new thread inside namespace `ns`.
+pub fn spawn_in<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<Result<T>> {
+    let ns = ns.to_string();
+    std::thread::Builder::new()
+        .name(format!("in-{ns}"))
+        .spawn(move || {
+            enter(&ns)?;
+            Ok(f())
+        })
+        .expect("spawn thread")
+}
+
+/// Loss and duplication in the middle namespace (percent, 0..100), both directions.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PathFaults {
+    /// Drop this percentage of frames.
+    pub drop_pct: u32,
+    /// Duplicate this percentage of frames.
+    pub dup_pct: u32,
+}
+
+/// How to build the pair.
+#[derive(Clone, Debug)]
+pub struct PairConfig {
+    /// Short tag in the namespace names (with the pid, names are unique per process).
+    pub tag: String,
+    /// Link MTU of every interface.
+    pub mtu: u32,
+    /// Third octet of the 10.x.0.0/24 and fd00:x::/64 subnets.
+    pub subnet: u8,
+    /// Put a bridge namespace with nftables in the middle (needed for [`PathFaults`]).
+    pub bridged: bool,
+}
+
+impl PairConfig {
+    /// A direct veth pair.
+    pub fn new(tag: &str, mtu: u32) -> PairConfig {
+        PairConfig { tag: tag.into(), mtu, subnet: 77, bridged: false }
+    }
+}
+
+/// One end of the pair.
+#[derive(Clone, Debug)]
+pub struct End {
+    /// Namespace name.
+    pub ns: String,
+    /// Interface inside it.
+    pub ifname: String,
+    /// IPv4 address.
+    pub ip4: Ipv4Addr,
+    /// IPv6 (ULA) address.
+    pub ip6: Ipv6Addr,
+    /// MAC address.
+    pub mac: [u8; 6],
+}
+
+impl End {
+    /// The IPv4 address as an [`IpAddr`].
+    pub fn ip(&self) -> IpAddr {
+        IpAddr::V4(self.ip4)
+    }
+}
+
+/// Two namespaces joined by veth (optionally through a bridge namespace); removed on drop.
+pub struct NetPair {
+    /// Side A.
+    pub a: End,
+    /// Side B.
+    pub b: End,
+    /// The middle namespace, when bridged.
+    pub mid: Option<String>,
+}
+
+fn mac_str(m: [u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+impl NetPair {
+    /// Create the namespaces and links and bring everything up.
+    pub fn create(cfg: &PairConfig) -> Result<NetPair> {
+        if !is_root() {
+            bail!("network namespaces need root");
+        }
+        let pid = std::process::id();
+        let s = cfg.subnet;
+        let end = |side: u8, ns: String| End {
+            ns,
+            ifname: if side == 1 { "a0".into() } else { "b0".into() },
+            ip4: Ipv4Addr::new(10, s, 0, side),
+            ip6: Ipv6Addr::new(0xfd00, s as u16, 0, 0, 0, 0, 0, side as u16),
+            mac: [0x02, 0x75, s, 0, 0, side],
+        };
+        let pair = NetPair {
+            a: end(1, format!("ua{}{pid}", cfg.tag)),
+            b: end(2, format!("ub{}{pid}", cfg.tag)),
+            mid: cfg.bridged.then(|| format!("um{}{pid}", cfg.tag)),
+        };
+        // From here on, drop cleans up whatever was made.
+        let mut all = vec![pair.a.ns.clone(), pair.b.ns.clone()];
+        all.extend(pair.mid.clone());
+        for ns in &all {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+            ip(&["netns", "add", ns])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        let mtu = cfg.mtu.to_string();
+        match &pair.mid {
+            None => {
+                #[rustfmt::skip]
+                ip(&["link", "add", "name", "a0", "address", &mac_str(pair.a.mac), "mtu", &mtu, "netns", &pair.a.ns,
+                     "type", "veth", "peer", "name", "b0", "address", &mac_str(pair.b.mac), "mtu", &mtu,
+                     "netns", &pair.b.ns])?;
+            }
+            Some(m) => {
+                #[rustfmt::skip]
+                ip(&["link", "add", "name", "a0", "address", &mac_str(pair.a.mac), "mtu", &mtu, "netns", &pair.a.ns,
+                     "type", "veth", "peer", "name", "ma", "mtu", &mtu, "netns", m])?;
+                #[rustfmt::skip]
+                ip(&["link", "add", "name", "b0", "address", &mac_str(pair.b.mac), "mtu", &mtu, "netns", &pair.b.ns,
+                     "type", "veth", "peer", "name", "mb", "mtu", &mtu, "netns", m])?;
+                ip(&["-n", m, "link", "add", "name", "br0", "mtu", &mtu, "type", "bridge"])?;
+                for d in ["ma", "mb"] {
+                    ip(&["-n", m, "link", "set", "dev", d, "master", "br0"])?;
+                    ip(&["-n", m, "link", "set", "dev", d, "up"])?;
+                }
+                ip(&["-n", m, "link", "set", "dev", "br0", "up"])?;
+            }
+        }
+        for e in [&pair.a, &pair.b] {
+            ip(&["-n", &e.ns, "addr", "add", &format!("{}/24", e.ip4), "dev", &e.ifname])?;
+            ip(&["-n", &e.ns, "addr", "add", &format!("{}/64", e.ip6), "dev", &e.ifname, "nodad"])?;
+            ip(&["-n", &e.ns, "link", "set", "dev", &e.ifname, "up"])?;
+        }
+        Ok(pair)
+    }
+
+    /// Set loss and duplication on the path (replaces earlier rules). The rules sit on the
+    /// ingress hook of both bridge ports (netdev family: the bridge family cannot `dup`), match
+    /// only RoCE (UDP/4791, so ARP/ND and the out-of-band TCP stay clean), and count what they
+    /// did ([`NetPair::fault_counts`]).
+    pub fn set_faults(&self, f: PathFaults) -> Result<()> {
+        let m = self.mid.as_deref().context("faults need a bridged pair")?;
+        let mut rules = String::from("table netdev uroce\ndelete table netdev uroce\ntable netdev uroce {\n");
+        for (i, o) in [("ma", "mb"), ("mb", "ma")] {
+            rules +=
+                &format!(" chain in_{i} {{\n  type filter hook ingress device \"{i}\" priority 0; policy accept;\n");
+            if f.drop_pct > 0 {
+                rules +=
+                    &format!("  udp dport 4791 numgen random mod 100 < {} counter drop comment \"drop\"\n", f.drop_pct);
+            }
+            if f.dup_pct > 0 {
+                // The copy leaves straight out of the other port; the original is bridged.
+                rules += &format!(
+                    "  udp dport 4791 numgen random mod 100 < {} counter dup to \"{o}\" comment \"dup\"\n",
+                    f.dup_pct
+                );
+            }
+            rules += " }\n";
+        }
+        rules += "}\n";
+        let path = std::env::temp_dir().join(format!("uroce-nft-{m}.nft"));
+        std::fs::write(&path, rules)?;
+        let out = exec(m, &["nft", "-f", path.to_str().unwrap_or_default()])?;
+        let _ = std::fs::remove_file(&path);
+        if !out.status.success() {
+            bail!("nft: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(())
+    }
+
+    /// (frames dropped, frames duplicated) by the path's rules so far.
+    pub fn fault_counts(&self) -> Result<(u64, u64)> {
+        let m = self.mid.as_deref().context("not bridged")?;
+        let out = exec(m, &["nft", "list", "table", "netdev", "uroce"])?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let (mut drops, mut dups) = (0, 0);
+        for line in text.lines() {
+            let Some(i) = line.find("counter packets ") else { continue };
+            let n: u64 = line[i + 16..].split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            if line.contains("comment \"drop\"") {
+                drops += n;
+            } else if line.contains("comment \"dup\"") {
+                dups += n;
+            }
+        }
+        Ok((drops, dups))
+    }
+
+    /// Delete a namespace now (a peer that vanishes mid-transfer).
+    pub fn delete_ns(ns: &str) {
+        let _ = Command::new("ip").args(["netns", "del", ns]).output();
+    }
+}
+
+impl Drop for NetPair {
+    fn drop(&mut self) {
+        for ns in [Some(&self.a.ns), Some(&self.b.ns), self.mid.as_ref()].into_iter().flatten() {
+            Self::delete_ns(ns);
+        }
+    }
+}

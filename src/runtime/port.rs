@@ -1,0 +1,331 @@
+//! One port: an engine, a backend, a clock, and optional capture and fault injection.
+
+use crate::io::{self, Backend};
+use crate::pcap::CaptureFile;
+use std::io::ErrorKind;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant as StdInstant, SystemTime};
+use uroce_transport::{Device, DeviceConfig, Gid, Instant, Mtu};
+use uroce_wire::EthernetAddress;
+
+/// Which backend a port uses.
+#[derive(Clone, Debug)]
+pub enum BackendKind {
+    /// AF_XDP on the interface.
+    Xdp(io::xdp::XdpOptions),
+    /// A kernel UDP socket bound to the local address and this port (normally 4791).
+    Udp {
+        /// UDP port to bind.
+        port: u16,
+    },
+}
+
+/// How to open a port.
+#[derive(Clone, Debug)]
+pub struct PortConfig {
+    /// Interface name (required for AF_XDP; for UDP it supplies the MAC, MTU and addresses).
+    pub ifname: Option<String>,
+    /// The local IP address frames are sent from (must be one of the interface's).
+    pub local_ip: IpAddr,
+    /// The backend.
+    pub backend: BackendKind,
+    /// Seed of the engine's random choices (QPNs, keys).
+    pub seed: u64,
+    /// Capture every frame sent and received to this pcap file.
+    pub pcap: Option<PathBuf>,
+    /// Fault injection on received frames.
+    pub inject: Option<io::inject::FaultConfig>,
+    /// Engine configuration changes applied last (e.g. window size, quirks).
+    pub tweak: Option<fn(&mut DeviceConfig)>,
+}
+
+/// Port counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames received from the backend.
+    pub rx_frames: u64,
+    /// Frames sent to the backend.
+    pub tx_frames: u64,
+    /// Frames the engine rejected (see the engine's counters for why).
+    pub rx_dropped: u64,
+    /// Times the backend had no transmit buffer.
+    pub tx_full: u64,
+    /// Polls that found nothing to do.
+    pub idle_polls: u64,
+    /// Transmit attempts that found the link down.
+    pub link_down: u64,
+}
+
+/// An engine joined to a backend.
+pub struct Port {
+    backend: Box<dyn Backend>,
+    dev: Device,
+    epoch: StdInstant,
+    wall_epoch: SystemTime,
+    pcap: Option<CaptureFile>,
+    injector: Option<io::inject::FaultInjector>,
+    stats: PortStats,
+    gid_index: u8,
+    idle_streak: u32,
+    tx_budget: u32,
+}
+
+/// A link that is down loses frames, as a wire would: the engine's timers and retries decide
+/// what happens to the QPs (RETRY_EXC_ERR), the port keeps running and counts it.
+fn link_down_ok(r: std::io::Result<()>, stats: &mut PortStats) -> std::io::Result<()> {
+    match r {
+        Err(e) if e.kind() == ErrorKind::NetworkDown => {
+            if stats.link_down == 0 {
+                tracing::warn!("link is down: {e}; frames are lost until it comes back");
+            }
+            stats.link_down += 1;
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+/// Frames sent per [`Port::poll`] round by default.
+pub const DEFAULT_TX_BUDGET: u32 = 128;
+
+/// The GID table rxe builds for a netdev: IPv6 link-local first, then IPv4 (as IPv4-mapped),
+/// then the other IPv6 addresses.
+fn gid_order(ips: &[IpAddr]) -> Vec<IpAddr> {
+    let ll = |ip: &IpAddr| matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
+    let mut out: Vec<IpAddr> = ips.iter().filter(|ip| ll(ip)).copied().collect();
+    out.extend(ips.iter().filter(|ip| ip.is_ipv4()));
+    out.extend(ips.iter().filter(|ip| ip.is_ipv6() && !ll(ip)));
+    out
+}
+
+impl Port {
+    /// Open the backend and build the engine for it.
+    pub fn open(cfg: PortConfig) -> anyhow::Result<Port> {
+        use anyhow::Context;
+        let (mac, link_mtu, mut ips) = match &cfg.ifname {
+            Some(name) => {
+                let i = io::netif::Interface::by_name(name).with_context(|| format!("interface {name}"))?;
+                (i.mac, i.mtu as usize, i.addresses())
+            }
+            None => (EthernetAddress([0x02, 0, 0, 0, 0, 0x01]), 65536, vec![cfg.local_ip]),
+        };
+        if !ips.contains(&cfg.local_ip) {
+            anyhow::bail!("{} is not an address of {}", cfg.local_ip, cfg.ifname.as_deref().unwrap_or("this host"));
+        }
+        ips = gid_order(&ips);
+        let backend: Box<dyn Backend> = match &cfg.backend {
+            BackendKind::Xdp(o) => {
+                let name = cfg.ifname.as_deref().context("the AF_XDP backend needs an interface (-d)")?;
+                Box::new(io::xdp::XdpBackend::open(name, o)?)
+            }
+            BackendKind::Udp { port } => Box::new(
+                io::udp::UdpBackend::new(cfg.local_ip, *port, mac)
+                    .with_context(|| format!("UDP socket on {}:{port}", cfg.local_ip))?,
+            ),
+        };
+        tracing::info!(backend = %backend.describe(), "port open");
+        // The GID table holds the interface's addresses; DeviceConfig::new puts the MAC-derived
+        // link-local first, so build it by hand in rxe's order.
+        let mut dc = DeviceConfig::new(mac, &[]);
+        dc.gids = ips.iter().map(|ip| Gid::from_ip(*ip)).collect();
+        if dc.gids.is_empty() || !ips.first().is_some_and(|ip| ip.is_ipv6()) {
+            dc.gids.insert(0, Gid::link_local(mac));
+        }
+        dc.active_mtu = Mtu::for_link_mtu(link_mtu);
+        dc.seed = cfg.seed;
+        dc.udp_sport = backend.fixed_udp_src_port();
+        dc.check_icrc = !backend.verifies_icrc();
+        if let Some(t) = cfg.tweak {
+            t(&mut dc);
+        }
+        let gid_index = dc.gids.iter().position(|g| g.to_ip() == cfg.local_ip).context("local GID")? as u8;
+        let pcap = match &cfg.pcap {
+            Some(p) => Some(CaptureFile::create(p)?),
+            None => None,
+        };
+        Ok(Port {
+            backend,
+            dev: Device::new(dc),
+            epoch: StdInstant::now(),
+            wall_epoch: SystemTime::now(),
+            pcap,
+            injector: cfg.inject.map(io::inject::FaultInjector::new),
+            stats: PortStats::default(),
+            gid_index,
+            idle_streak: 0,
+            tx_budget: DEFAULT_TX_BUDGET,
+        })
+    }
+
+    /// The engine.
+    pub fn device(&mut self) -> &mut Device {
+        &mut self.dev
+    }
+
+    /// At most `n` frames are sent per [`Port::poll`] round (default [`DEFAULT_TX_BUDGET`]).
+    pub fn set_tx_budget(&mut self, n: u32) {
+        self.tx_budget = n.max(1);
+    }
+
+    /// The engine, read-only.
+    pub fn device_ref(&self) -> &Device {
+        &self.dev
+    }
+
+    /// GID index of the local address.
+    pub fn gid_index(&self) -> u8 {
+        self.gid_index
+    }
+
+    /// What the backend is.
+    pub fn describe(&self) -> String {
+        self.backend.describe()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> PortStats {
+        self.stats
+    }
+
+    /// The fault injector's counters, when one is configured.
+    pub fn injector(&self) -> Option<&io::inject::FaultInjector> {
+        self.injector.as_ref()
+    }
+
+    /// The engine's clock: time since the port opened.
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// The backend's descriptor, for waiting on it together with other events.
+    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.backend.raw_fd()
+    }
+
+    /// One round: receive a batch, fire due timers, transmit everything the engine has.
+    /// Returns whether anything happened.
+    pub fn poll(&mut self) -> std::io::Result<bool> {
+        let now = self.now();
+        let std_now = StdInstant::now();
+        let wall = self.wall_epoch + self.epoch.elapsed();
+        let ts = wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        let Port { backend, dev, pcap, injector, stats, tx_budget, .. } = self;
+        let mut work = false;
+        let deliver = |dev: &mut Device, stats: &mut PortStats, f: &[u8]| {
+            if dev.handle_frame(now, f).is_err() {
+                stats.rx_dropped += 1;
+            }
+        };
+        let n = backend.recv(64, &mut |f: &[u8]| {
+            if let Some(p) = pcap.as_mut() {
+                let _ = p.write(ts, f);
+            }
+            match injector.as_mut() {
+                Some(inj) => inj.process(std_now, f, &mut |g: &[u8]| deliver(dev, stats, g)),
+                None => deliver(dev, stats, f),
+            }
+        })?;
+        stats.rx_frames += n as u64;
+        work |= n > 0;
+        if let Some(inj) = injector.as_mut() {
+            inj.poll(std_now, &mut |g: &[u8]| {
+                work = true;
+                if dev.handle_frame(now, g).is_err() {
+                    stats.rx_dropped += 1;
+                }
+            });
+        }
+        if dev.poll_timeout().is_some_and(|t| t <= now) {
+            dev.handle_timeout(now);
+            work = true;
+        }
+        let mut sent = 0u32;
+        // A bounded burst per round: receiving gets its turn, and a receiver behind a bridge
+        // (no backpressure, a 256-entry veth ring) is not flooded by one 1 MiB READ response.
+        while sent < *tx_budget {
+            let r = backend.send_with(&mut |buf: &mut [u8]| {
+                let n = dev.poll_transmit(now, buf)?;
+                if let Some(p) = pcap.as_mut() {
+                    let _ = p.write(ts, &buf[..n]);
+                }
+                Some(n)
+            });
+            match r {
+                Ok(true) => {
+                    sent += 1;
+                    if sent % 64 == 0 {
+                        link_down_ok(backend.flush(), stats)?;
+                    }
+                }
+                Ok(false) => break,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    stats.tx_full += 1;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        stats.tx_frames += sent as u64;
+        link_down_ok(backend.flush(), stats)?;
+        work |= sent > 0;
+        if !work {
+            stats.idle_polls += 1;
+        }
+        Ok(work)
+    }
+
+    /// How long the port may sleep: until the next engine timer or injector release, capped.
+    pub fn idle_timeout(&self, cap: Duration) -> Duration {
+        let now = self.now();
+        let mut t = cap;
+        if let Some(d) = self.dev.poll_timeout() {
+            t = t.min(Duration::from_nanos(d.as_nanos().saturating_sub(now.as_nanos())));
+        }
+        if let Some(r) = self.injector.as_ref().and_then(|i| i.next_release()) {
+            t = t.min(r.saturating_duration_since(StdInstant::now()));
+        }
+        t
+    }
+
+    /// Poll until `done` holds or `timeout` passes, backing off when idle (spin ~50 rounds,
+    /// then block on the backend, never past the next timer). Returns whether `done` held.
+    pub fn drive(&mut self, timeout: Duration, mut done: impl FnMut(&mut Port) -> bool) -> std::io::Result<bool> {
+        let deadline = StdInstant::now() + timeout;
+        loop {
+            if done(self) {
+                return Ok(true);
+            }
+            let now = StdInstant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            if self.poll()? {
+                self.idle_streak = 0;
+                continue;
+            }
+            self.idle_streak += 1;
+            if self.idle_streak < 50 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let t = self.idle_timeout(Duration::from_millis(1)).min(deadline - now);
+            if !t.is_zero() {
+                self.backend.wait(t)?;
+            }
+        }
+    }
+
+    /// Flush the capture file.
+    pub fn flush_capture(&mut self) {
+        if let Some(p) = self.pcap.as_mut() {
+            let _ = p.flush();
+        }
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        self.flush_capture();
+    }
+}

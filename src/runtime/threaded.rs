@@ -1,0 +1,191 @@
+//! A port on its own progress thread.
+
+use super::Port;
+use crossbeam::queue::ArrayQueue;
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use uroce_transport::{CqHandle, Device, WorkCompletion};
+
+struct Shared {
+    port: Mutex<Port>,
+    stop: AtomicBool,
+    wake: OwnedFd,
+    /// Completion queues the progress thread drains into lock-free queues.
+    cqs: Mutex<HashMap<u32, Arc<ArrayQueue<WorkCompletion>>>>,
+}
+
+impl Shared {
+    fn kick(&self) {
+        let one: u64 = 1;
+        // SAFETY: `wake` is an eventfd we own; writing 8 bytes from a valid u64 is its ABI.
+        // A failure (counter overflow, impossible here) only loses a wake-up, never memory.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Port> {
+        self.port.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A port driven by a progress thread. Application threads reach the engine through
+/// [`Runtime::with`] (a short lock; posting work wakes the progress thread at once) and
+/// poll completions either the same way or, for CQs registered with [`Runtime::watch_cq`],
+/// from a lock-free queue the progress thread fills.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Idle polls spent spinning before the progress thread sleeps.
+const SPIN_ROUNDS: u32 = 200;
+
+impl Runtime {
+    /// Start the progress thread.
+    pub fn start(port: Port) -> std::io::Result<Runtime> {
+        // SAFETY: plain syscall; the returned descriptor is checked and then owned.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+        let shared = Arc::new(Shared {
+            port: Mutex::new(port),
+            stop: AtomicBool::new(false),
+            wake,
+            cqs: Mutex::new(HashMap::new()),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new().name("uroce-progress".into()).spawn(move || progress(&s))?;
+        Ok(Runtime { shared, thread: Some(thread) })
+    }
+
+    /// Run `f` on the engine (a short lock), then wake the progress thread so work it posted
+    /// goes out at once.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
+        let r = f(self.shared.lock().device());
+        self.shared.kick();
+        r
+    }
+
+    /// Run `f` on the whole port.
+    pub fn with_port<R>(&self, f: impl FnOnce(&mut Port) -> R) -> R {
+        let r = f(&mut self.shared.lock());
+        self.shared.kick();
+        r
+    }
+
+    /// From now on the progress thread moves `cq`'s completions into a lock-free queue of
+    /// `depth` entries; read them with [`Runtime::poll_cq`] without taking the port's lock.
+    pub fn watch_cq(&self, cq: CqHandle, depth: usize) {
+        self.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(cq.0, Arc::new(ArrayQueue::new(depth.max(1))));
+    }
+
+    /// Up to `out.len()` completions of a watched CQ, lock-free. Unwatched CQs: polled under
+    /// the lock.
+    pub fn poll_cq(&self, cq: CqHandle, out: &mut [WorkCompletion]) -> usize {
+        let q = self.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).get(&cq.0).cloned();
+        match q {
+            Some(q) => {
+                let mut n = 0;
+                while n < out.len() {
+                    match q.pop() {
+                        Some(wc) => {
+                            out[n] = wc;
+                            n += 1;
+                        }
+                        None => break,
+                    }
+                }
+                n
+            }
+            None => self.with(|d| d.poll_cq(cq, out).unwrap_or(0)),
+        }
+    }
+
+    /// Stop the progress thread and give the port back (`None` only if another handle to
+    /// the shared state is still alive, which the API does not allow).
+    pub fn stop(mut self) -> Option<Port> {
+        self.halt();
+        let shared = self.shared.clone();
+        drop(self);
+        Arc::try_unwrap(shared).ok().map(|s| s.port.into_inner().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn halt(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.kick();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn progress(s: &Shared) {
+    let mut idle = 0u32;
+    let mut buf = [WorkCompletion::default(); 64];
+    while !s.stop.load(Ordering::Acquire) {
+        let (work, sleep, fd) = {
+            let mut p = s.lock();
+            let work = match p.poll() {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::error!(%e, "port I/O error");
+                    false
+                }
+            };
+            // Feed the watched CQs.
+            let cqs = s.cqs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            for (cq, q) in cqs {
+                while q.len() < q.capacity() {
+                    let room = (q.capacity() - q.len()).min(buf.len());
+                    let n = p.device().poll_cq(CqHandle(cq), &mut buf[..room]).unwrap_or(0);
+                    for wc in &buf[..n] {
+                        let _ = q.push(*wc);
+                    }
+                    if n < room {
+                        break;
+                    }
+                }
+            }
+            (work, p.idle_timeout(Duration::from_millis(1)), p.raw_fd())
+        };
+        if work {
+            idle = 0;
+            continue;
+        }
+        idle += 1;
+        if idle < SPIN_ROUNDS {
+            std::hint::spin_loop();
+            continue;
+        }
+        wait(fd, s.wake.as_raw_fd(), sleep);
+    }
+}
+
+/// Sleep until the backend's descriptor or the wake-up eventfd is readable, or `timeout`.
+fn wait(backend: Option<RawFd>, wake: RawFd, timeout: Duration) {
+    let mut fds = [
+        libc::pollfd { fd: wake, events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: backend.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+    ];
+    let ms = timeout.as_micros().div_ceil(1000).min(1000) as i32;
+    let n = if backend.is_some() { 2 } else { 1 };
+    // SAFETY: `fds` is a valid array of `n` pollfd structures for the duration of the call.
+    unsafe { libc::poll(fds.as_mut_ptr(), n, ms) };
+    if fds[0].revents & libc::POLLIN != 0 {
+        let mut v: u64 = 0;
+        // SAFETY: reading 8 bytes into a valid u64 from our eventfd clears it.
+        unsafe { libc::read(wake, (&mut v as *mut u64).cast(), 8) };
+    }
+}
