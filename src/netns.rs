@@ -259,3 +259,67 @@ impl Drop for NetPair {
         }
     }
 }
+
+/// A namespace of its own plugged into an existing bridge by a veth pair: how a uroce instance
+/// joins the interop lab's bridge (where the rxe guests' taps are) like a host with a NIC.
+/// The namespace (and with it both veth ends) is removed on drop.
+pub struct BridgePort {
+    /// The new namespace.
+    pub ns: String,
+    /// The interface inside it.
+    pub ifname: String,
+    /// Its IPv4 address.
+    pub ip4: Ipv4Addr,
+    /// Its IPv6 address, if one was given.
+    pub ip6: Option<Ipv6Addr>,
+    /// The bridge-side end (in the bridge's namespace), e.g. for nftables rules.
+    pub bridge_side: String,
+}
+
+impl BridgePort {
+    /// Create namespace `ns` with interface `ifname` (`mtu`, `mac`) carrying `ip4`/`prefix4`
+    /// (and `ip6`/64), its peer plugged into `bridge` inside `bridge_ns`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attach(
+        bridge_ns: &str,
+        bridge: &str,
+        ns: &str,
+        ifname: &str,
+        (ip4, prefix4): (Ipv4Addr, u8),
+        ip6: Option<Ipv6Addr>,
+        mtu: u32,
+        mac: [u8; 6],
+    ) -> Result<BridgePort> {
+        if !is_root() {
+            bail!("network namespaces need root");
+        }
+        let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        ip(&["netns", "add", ns])?;
+        let port = BridgePort {
+            ns: ns.into(),
+            ifname: ifname.into(),
+            ip4,
+            ip6,
+            bridge_side: format!("v{}", &ns[ns.len().saturating_sub(12)..]),
+        };
+        let mtu = mtu.to_string();
+        ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        #[rustfmt::skip]
+        ip(&["-n", bridge_ns, "link", "add", "name", &port.bridge_side, "mtu", &mtu, "type", "veth", "peer", "name",
+             ifname, "address", &mac_str(mac), "mtu", &mtu, "netns", ns])?;
+        ip(&["-n", bridge_ns, "link", "set", "dev", &port.bridge_side, "master", bridge])?;
+        ip(&["-n", bridge_ns, "link", "set", "dev", &port.bridge_side, "up"])?;
+        ip(&["-n", ns, "addr", "add", &format!("{ip4}/{prefix4}"), "dev", ifname])?;
+        if let Some(v6) = ip6 {
+            ip(&["-n", ns, "addr", "add", &format!("{v6}/64"), "dev", ifname, "nodad"])?;
+        }
+        ip(&["-n", ns, "link", "set", "dev", ifname, "up"])?;
+        Ok(port)
+    }
+}
+
+impl Drop for BridgePort {
+    fn drop(&mut self) {
+        NetPair::delete_ns(&self.ns);
+    }
+}
