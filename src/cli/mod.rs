@@ -7,6 +7,7 @@ use std::path::PathBuf;
 mod demo_cmd;
 mod pcap_cmd;
 mod perf_cmd;
+mod pingpong_cmd;
 mod sim_cmd;
 mod tools;
 
@@ -42,6 +43,9 @@ enum Command {
     /// exchange and output: the peer may be another `uroce perf` or stock perftest on rxe or a
     /// ConnectX. Without HOST this side is the server.
     Perf(perf_cmd::PerfArgs),
+    /// ibv_rc_pingpong over uroce: same flags, exchange and output, so the stock tool can be
+    /// the peer. Without HOST this side is the server.
+    Pingpong(pingpong_cmd::PingpongArgs),
     /// Two uroce instances and a perftest run between them: as root over AF_XDP between two
     /// fresh network namespaces joined by veth; otherwise over kernel UDP on loopback.
     Demo(demo_cmd::DemoArgs),
@@ -71,5 +75,6 @@ pub fn run() -> Result<std::process::ExitCode> {
         Command::Tool(t) => tools::run(t),
         Command::Perf(a) => perf_cmd::run(&a),
         Command::Demo(a) => demo_cmd::run(&a),
+        Command::Pingpong(a) => pingpong_cmd::run(&a),
     }
 }
