@@ -69,6 +69,7 @@ pub struct Port {
     gid_index: u8,
     idle_streak: u32,
     tx_budget: u32,
+    tx_blocked: bool,
 }
 
 /// A link that is down loses frames, as a wire would: the engine's timers and retries decide
@@ -155,6 +156,7 @@ impl Port {
             gid_index,
             idle_streak: 0,
             tx_budget: DEFAULT_TX_BUDGET,
+            tx_blocked: false,
         })
     }
 
@@ -210,7 +212,8 @@ impl Port {
         let std_now = StdInstant::now();
         let wall = self.wall_epoch + self.epoch.elapsed();
         let ts = wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-        let Port { backend, dev, pcap, injector, stats, tx_budget, .. } = self;
+        let Port { backend, dev, pcap, injector, stats, tx_budget, tx_blocked, .. } = self;
+        *tx_blocked = false;
         let mut work = false;
         let deliver = |dev: &mut Device, stats: &mut PortStats, f: &[u8]| {
             if dev.handle_frame(now, f).is_err() {
@@ -261,6 +264,7 @@ impl Port {
                 Ok(false) => break,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     stats.tx_full += 1;
+                    *tx_blocked = true;
                     break;
                 }
                 Err(e) => return Err(e),
@@ -275,10 +279,17 @@ impl Port {
         Ok(work)
     }
 
-    /// How long the port may sleep: until the next engine timer or injector release, capped.
+    /// The last [`Port::poll`] found the backend's transmit queue full (frames are waiting in
+    /// the engine): do not sleep long.
+    pub fn tx_blocked(&self) -> bool {
+        self.tx_blocked
+    }
+
+    /// How long the port may sleep: until the next engine timer or injector release, capped;
+    /// 50 µs when transmission is blocked on the backend.
     pub fn idle_timeout(&self, cap: Duration) -> Duration {
         let now = self.now();
-        let mut t = cap;
+        let mut t = if self.tx_blocked { cap.min(Duration::from_micros(50)) } else { cap };
         if let Some(d) = self.dev.poll_timeout() {
             t = t.min(Duration::from_nanos(d.as_nanos().saturating_sub(now.as_nanos())));
         }

@@ -158,7 +158,11 @@ fn progress(s: &Shared) {
                     }
                 }
             }
-            (work, p.idle_timeout(Duration::from_millis(1)), p.raw_fd())
+            // With a descriptor to wait on (arrivals wake us; posted work kicks the eventfd),
+            // sleep until the next engine timer, at most 100 ms; without one, poll every 1 ms.
+            let fd = p.raw_fd();
+            let cap = if fd.is_some() { Duration::from_millis(100) } else { Duration::from_millis(1) };
+            (work, p.idle_timeout(cap), fd)
         };
         if work {
             idle = 0;
@@ -179,10 +183,16 @@ fn wait(backend: Option<RawFd>, wake: RawFd, timeout: Duration) {
         libc::pollfd { fd: wake, events: libc::POLLIN, revents: 0 },
         libc::pollfd { fd: backend.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
     ];
-    let ms = timeout.as_micros().div_ceil(1000).min(1000) as i32;
+    if timeout.is_zero() {
+        std::hint::spin_loop();
+        return;
+    }
+    let t = timeout.min(Duration::from_secs(1));
+    let ts = libc::timespec { tv_sec: t.as_secs() as libc::time_t, tv_nsec: t.subsec_nanos() as libc::c_long };
     let n = if backend.is_some() { 2 } else { 1 };
-    // SAFETY: `fds` is a valid array of `n` pollfd structures for the duration of the call.
-    unsafe { libc::poll(fds.as_mut_ptr(), n, ms) };
+    // SAFETY: `fds` is a valid array of `n` pollfd structures and `ts` a valid timespec for the
+    // duration of the call; a null signal mask means "unchanged".
+    unsafe { libc::ppoll(fds.as_mut_ptr(), n, &ts, std::ptr::null()) };
     if fds[0].revents & libc::POLLIN != 0 {
         let mut v: u64 = 0;
         // SAFETY: reading 8 bytes into a valid u64 from our eventfd clears it.

@@ -1,0 +1,243 @@
+//! The threaded runtime: each port on its own progress thread, application threads posting
+//! work through `Runtime::with` and reading completions from the lock-free CQ queues, over
+//! AF_XDP between two network namespaces; and an idle device does not burn a core.
+//!
+//! Needs root and `ip`; skips loudly without them (fails with `CI=1`).
+
+mod common;
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+use uroce::io::netif;
+use uroce::netns::{self, End, NetPair, PairConfig};
+use uroce::runtime::{BackendKind, Port, PortConfig, Runtime};
+use uroce_transport::*;
+use uroce_wire::EthernetAddress;
+
+const LEN: usize = 8 << 20;
+
+fn prereq(test: &str) -> bool {
+    common::require(netns::is_root() && common::have("ip"), &format!("{test} needs root and `ip`"))
+}
+
+struct Side {
+    rt: Runtime,
+    cq: CqHandle,
+    qpn: u32,
+    mr: MrInfo,
+    gid: Gid,
+    gid_index: u8,
+    peer_mac: EthernetAddress,
+}
+
+fn open(end: &End, peer: &End) -> Side {
+    let (ifname, ip, peer_ip) = (end.ifname.clone(), end.ip(), peer.ip());
+    let (mut port, peer_mac) = netns::spawn_in(&end.ns, move || -> anyhow::Result<(Port, EthernetAddress)> {
+        let port = Port::open(PortConfig {
+            ifname: Some(ifname.clone()),
+            local_ip: ip,
+            backend: BackendKind::Xdp(Default::default()),
+            seed: match ip {
+                IpAddr::V4(v) => u32::from(v) as u64,
+                IpAddr::V6(_) => 6,
+            },
+            pcap: None,
+            inject: None,
+            tweak: None,
+        })?;
+        Ok((port, netif::resolve_mac(&ifname, peer_ip, Duration::from_secs(5))?))
+    })
+    .join()
+    .unwrap()
+    .unwrap()
+    .unwrap();
+    let gid_index = port.gid_index();
+    let dev = port.device();
+    let gid = dev.config().gids[gid_index as usize];
+    let pd = dev.alloc_pd();
+    let cq = dev.create_cq(8192).unwrap();
+    let cap = QpCap { max_send_wr: 512, max_recv_wr: 512, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let qpn = dev
+        .create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false })
+        .unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let mr = dev.reg_mr(pd, vec![0u8; LEN].into_boxed_slice(), access).unwrap();
+    let rt = Runtime::start(port).unwrap();
+    rt.watch_cq(cq, 4096);
+    Side { rt, cq, qpn, mr, gid, gid_index, peer_mac }
+}
+
+fn connect(me: &Side, peer: &Side) {
+    use QpAttrMask as M;
+    let (qpn, dmac, sgid_index) = (me.qpn, me.peer_mac, me.gid_index);
+    let (dgid, dqpn) = (peer.gid, peer.qpn);
+    me.rt.with(|d| {
+        let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        let mut a = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access, ..Default::default() };
+        d.modify_qp(qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).unwrap();
+        a.qp_state = QpState::Rtr;
+        a.path_mtu = Mtu::Mtu1024;
+        a.dest_qp_num = dqpn;
+        a.rq_psn = 100;
+        a.max_dest_rd_atomic = 16;
+        a.min_rnr_timer = 1;
+        a.ah_attr = AddressVector { dgid, sgid_index, hop_limit: 64, dmac, ..Default::default() };
+        d.modify_qp(
+            qpn,
+            &a,
+            M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
+        )
+        .unwrap();
+        a.qp_state = QpState::Rts;
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.sq_psn = 100;
+        a.max_rd_atomic = 16;
+        d.modify_qp(qpn, &a, M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC)
+            .unwrap();
+    });
+}
+
+/// Wait (lock-free) for `n` completions on `s`'s CQ; all must succeed.
+fn wait_wcs(s: &Side, n: usize, what: &str) -> Vec<WorkCompletion> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::new();
+    let mut buf = [WorkCompletion::default(); 64];
+    while out.len() < n {
+        let k = s.rt.poll_cq(s.cq, &mut buf);
+        out.extend_from_slice(&buf[..k]);
+        assert!(Instant::now() < deadline, "{what}: {} of {n} completions", out.len());
+        if k == 0 {
+            std::thread::yield_now();
+        }
+    }
+    for w in &out {
+        assert_eq!(w.status, WcStatus::Success, "{what}: {w:?}");
+    }
+    out
+}
+
+fn cpu_time() -> Duration {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the valid struct we pass.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+#[test]
+fn app_threads_over_progress_threads() {
+    if !prereq("app_threads_over_progress_threads") {
+        return;
+    }
+    let net = NetPair::create(&PairConfig { subnet: 95, ..PairConfig::new("rt", 1500) }).unwrap();
+    let a = open(&net.a, &net.b);
+    let b = open(&net.b, &net.a);
+    connect(&a, &b);
+    connect(&b, &a);
+
+    // 1. A WRITEs 8 MiB in 64 KiB pieces from an application thread, then READs it back into
+    //    the second half: both sides' memory checked byte for byte.
+    let pattern: Vec<u8> = (0..LEN / 2).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let (lkey, addr) = (a.mr.lkey, a.mr.addr);
+    a.rt.with(|d| d.mr_mut(lkey).unwrap().as_mut_slice()[..LEN / 2].copy_from_slice(&pattern));
+    let (rkey, raddr, qpn) = (b.mr.rkey, b.mr.addr, a.qpn);
+    let pieces = (LEN / 2) / 65536;
+    let writer = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for i in 0..pieces {
+                let off = (i * 65536) as u64;
+                let sg = [Sge { addr: addr + off, length: 65536, lkey }];
+                let wr = SendWr {
+                    wr_id: i as u64,
+                    sg_list: &sg,
+                    opcode: WrOpcode::RdmaWrite,
+                    send_flags: SendFlags::SIGNALED,
+                    remote_addr: raddr + off,
+                    rkey,
+                    ..Default::default()
+                };
+                // The send queue is 512 deep; 64 pieces fit, but retry on a full queue anyway.
+                while a.rt.with(|d| d.post_send(qpn, &wr)).is_err() {
+                    std::thread::yield_now();
+                }
+            }
+            wait_wcs(&a, pieces, "writes")
+        })
+        .join()
+        .unwrap()
+    });
+    let ids: Vec<u64> = writer.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, (0..pieces as u64).collect::<Vec<_>>(), "completions in posting order");
+    let blkey = b.mr.lkey;
+    assert!(b.rt.with(|d| d.mr(blkey).unwrap().as_slice()[..LEN / 2] == pattern[..]), "B holds what A wrote");
+    let sg = [Sge { addr: addr + (LEN / 2) as u64, length: (LEN / 2) as u32, lkey }];
+    let wr = SendWr {
+        wr_id: 7,
+        sg_list: &sg,
+        opcode: WrOpcode::RdmaRead,
+        send_flags: SendFlags::SIGNALED,
+        remote_addr: raddr,
+        rkey,
+        ..Default::default()
+    };
+    a.rt.with(|d| d.post_send(qpn, &wr)).unwrap();
+    wait_wcs(&a, 1, "read back");
+    assert!(a.rt.with(|d| d.mr(lkey).unwrap().as_slice()[LEN / 2..] == pattern[..]), "READ returned the data");
+
+    // 2. SEND/RECV ping-pong between two application threads, one per side.
+    let rounds = 200;
+    std::thread::scope(|sc| {
+        for (me, first) in [(&a, true), (&b, false)] {
+            sc.spawn(move || {
+                let (lkey, addr, qpn) = (me.mr.lkey, me.mr.addr, me.qpn);
+                for r in 0..rounds {
+                    let rsg = [Sge { addr, length: 4096, lkey }];
+                    me.rt.with(|d| d.post_recv(qpn, &RecvWr { wr_id: 1000 + r, sg_list: &rsg })).unwrap();
+                    let send = |tag: u64| {
+                        me.rt.with(|d| {
+                            d.mr_mut(lkey).unwrap().as_mut_slice()[4096..4104].copy_from_slice(&tag.to_le_bytes())
+                        });
+                        let sg = [Sge { addr: addr + 4096, length: 8, lkey }];
+                        let wr = SendWr {
+                            wr_id: 2000 + r,
+                            sg_list: &sg,
+                            opcode: WrOpcode::Send,
+                            send_flags: SendFlags::SIGNALED,
+                            ..Default::default()
+                        };
+                        me.rt.with(|d| d.post_send(qpn, &wr)).unwrap();
+                    };
+                    if first {
+                        send(r);
+                    }
+                    // Our receive, and (if we sent) our send: two completions, any order.
+                    let want = if first { 2 } else { 1 };
+                    let wcs = wait_wcs(me, want, "ping-pong");
+                    let recv = wcs.iter().find(|w| w.opcode == WcOpcode::Recv).expect("a receive");
+                    assert_eq!(recv.byte_len, 8);
+                    let got =
+                        me.rt.with(|d| u64::from_le_bytes(d.mr(lkey).unwrap().as_slice()[..8].try_into().unwrap()));
+                    assert_eq!(got, r, "round {r}");
+                    if !first {
+                        send(r);
+                        wait_wcs(me, 1, "pong send");
+                    }
+                }
+            });
+        }
+    });
+
+    // 3. Idle: two progress threads with nothing to do use (almost) no CPU.
+    std::thread::sleep(Duration::from_millis(300));
+    let (c0, t0) = (cpu_time(), Instant::now());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = (cpu_time() - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    eprintln!("idle CPU use of two progress threads: {:.2}% of one core", used * 100.0);
+    assert!(used < 0.05, "idle progress threads use {:.1}% of a core", used * 100.0);
+
+    let pa = a.rt.stop().expect("port back");
+    assert_eq!(pa.device_ref().counters().icrc_err, 0);
+    let _ = b.rt.stop();
+}
