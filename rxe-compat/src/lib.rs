@@ -6,5 +6,6 @@
 
 pub mod perftest;
 pub mod pingpong;
+pub mod quirks;
 
 pub mod harness;

@@ -63,6 +63,10 @@ pub struct DeviceConfig {
     /// Send every frame from this UDP source port instead of the per-QP port derived from the
     /// flow label (a kernel UDP socket backend can only send from its bound port).
     pub udp_sport: Option<u16>,
+    /// TTL / hop limit of every frame. The kernel resolves a RoCE address vector's hop limit
+    /// from the route (`ib_resolve_unicast_gid_dmac`), so rxe and ConnectX under Linux send 64
+    /// whatever the application asked (perftest 255, ibv_rc_pingpong 1); uroce does the same.
+    pub hop_limit: u8,
     /// Peer quirks.
     pub quirks: Quirks,
 }
@@ -84,6 +88,7 @@ impl DeviceConfig {
             udp_checksum: UdpChecksum::Zero,
             check_icrc: true,
             udp_sport: None,
+            hop_limit: 64,
             quirks: Quirks::default(),
         }
     }
@@ -122,7 +127,8 @@ impl FrameTemplate {
     ) -> Result<FrameTemplate, VerbsError> {
         let sgid = *cfg.gids.get(av.sgid_index as usize).ok_or(VerbsError::InvalidArgument("sgid_index"))?;
         let (local, peer) = (sgid.to_ip(), av.dgid.to_ip());
-        let hop = if av.hop_limit == 0 { 64 } else { av.hop_limit };
+        // The route's hop limit, not the AV's (see `DeviceConfig::hop_limit`).
+        let hop = cfg.hop_limit;
         let ip = match (local, peer) {
             (IpAddr::V4(s), IpAddr::V4(d)) => IpRepr::V4(Ipv4Repr {
                 src_addr: s,
@@ -140,7 +146,9 @@ impl FrameTemplate {
                 dst_addr: d,
                 dscp: av.traffic_class >> 2,
                 ecn: Ecn::from_bits(av.traffic_class),
-                flow_label: av.flow_label & 0xf_ffff,
+                // rxe `prepare_ipv6_hdr` writes 0; the AV's flow label only feeds the UDP source
+                // port (`rdma_get_udp_sport`).
+                flow_label: 0,
                 hop_limit: hop,
                 next_header: ipv4::PROTOCOL_UDP,
                 payload_len: 0,

@@ -242,7 +242,9 @@ impl Qp {
                 if w.opcode.is_read_or_atomic() && self.req.rd_atomic_inflight >= max_rd {
                     return None;
                 }
-                if self.req.high_psn.diff(self.req.una) >= window {
+                // rxe `rxe_requester`: stop when psn > una + RXE_MAX_UNACKED_PSNS (so 129 PSNs
+                // may be outstanding).
+                if self.req.high_psn.diff(self.req.una) > window {
                     return None;
                 }
                 let need = if w.opcode.is_read_or_atomic() { AccessFlags::LOCAL_WRITE } else { AccessFlags::NONE };
@@ -265,7 +267,7 @@ impl Qp {
             }
             let w = self.sq.get(cur);
             let psn = if w.opcode.is_atomic() { w.first_psn } else { w.first_psn.add(self.req.cur_off / mtu as u32) };
-            if psn.diff(self.req.una) >= window {
+            if psn.diff(self.req.una) > window {
                 return None;
             }
             let retransmission = psn.before(self.req.high_psn);
@@ -353,8 +355,9 @@ impl Qp {
             (op, _) => op,
         };
         let opcode = Opcode::rc_request(op, position)?;
-        // rxe: AckReq on END packets and when more than `ack_req_interval` went without one.
-        let ack_req = end || self.req.noack_pkts >= ctx.cfg.ack_req_interval;
+        // rxe `init_req_packet`: `END || noack_pkts++ > RXE_MAX_PKT_PER_ACK`, i.e. AckReq on END
+        // packets and on the 66th packet without one (with the default interval of 64).
+        let ack_req = end || self.req.noack_pkts > ctx.cfg.ack_req_interval;
         let solicited = end && w.flags.contains(SendFlags::SOLICITED);
         let roce = tpl.roce(opcode, psn, ack_req, solicited, ext, payload_len);
         let src = Source { sges: w.sges(), inline: w.is_inline.then_some(&w.inline[..]) };
@@ -397,7 +400,7 @@ impl Qp {
             if psn.within(w.first_psn, w.last_psn) {
                 self.req.cur = i;
                 self.req.cur_off = if w.opcode.is_atomic() { 0 } else { psn.diff(w.first_psn) as u32 * mtu };
-                self.req.noack_pkts = 0;
+                // rxe keeps counting packets without AckReq across a retry.
                 return;
             }
             i += 1;

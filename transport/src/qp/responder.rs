@@ -200,9 +200,8 @@ impl Qp {
             Ok(()) => {}
             Err(RespError::Rnr) => {
                 ctx.counters.send_rnr_err += 1;
-                // Latch: later packets of the same flight are dropped silently until the
-                // requester comes back to this PSN after its RNR wait.
-                self.resp.nak_latched = true;
+                // No latch (rxe `check_psn`): the next packet of the same flight gets one
+                // PSN-sequence-error NAK, later ones are dropped until the requester comes back.
                 let t = RnrTimer::new(self.attr.min_rnr_timer);
                 let msn = self.resp.msn;
                 self.resp.out.push_back(RespOut::Ack { psn, syndrome: Syndrome::RnrNak(t), msn });
