@@ -615,12 +615,11 @@ pub const QUIRKS: &[Quirk] = &[
             src("net/ipv4/route.c", "__ip_select_ident / ip_idents_reserve"),
         ],
         evidence: Evidence::Captures("ipv4_identification_is_a_per_destination_counter"),
-        uroce: Uroce::Differs(
-            "uroce sends ident 0 on every frame (FrameTemplate::new). Harmless for rxe (it never \
-             reads the field, and the ICRC is computed over what is sent) but it tells uroce apart. \
-             Engine: keep a u16 counter per (source, destination) address pair, seeded from \
-             DeviceConfig::seed, +1 per transmitted frame (retransmissions included), written \
-             before the ICRC",
+        uroce: Uroce::Matches(
+            "DeviceConfig::ipv4_ident = Ipv4Ident::Counter (default): one u16 counter per (source, \
+             destination) shared by the device's QPs, +1 per frame including retransmissions, \
+             starting from the device seed; the kernel-UDP backend uses Ipv4Ident::Zero (its \
+             socket sends 0)",
         ),
     },
     Quirk {

@@ -1166,7 +1166,6 @@ fn engine_matches_rxe_where_the_table_says_it_does() {
 }
 
 #[test]
-#[ignore = "uroce differs (quirks::QuirkId::Ipv4Identification): it sends IPv4 ident 0 on every frame"]
 fn engine_ipv4_identification() {
     let mut lab = engine::Lab::new(engine::PLAIN_V4, Default::default());
     lab.mix(false);

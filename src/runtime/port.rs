@@ -136,6 +136,10 @@ impl Port {
         dc.active_mtu = Mtu::for_link_mtu(link_mtu);
         dc.seed = cfg.seed;
         dc.udp_sport = backend.fixed_udp_src_port();
+        if dc.udp_sport.is_some() {
+            // A kernel UDP socket (DF set) sends IPv4 identification 0, and the ICRC covers it.
+            dc.ipv4_ident = uroce_transport::Ipv4Ident::Zero;
+        }
         dc.check_icrc = !backend.verifies_icrc();
         if let Some(t) = cfg.tweak {
             t(&mut dc);

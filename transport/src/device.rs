@@ -24,6 +24,8 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use std::collections::{BTreeSet, VecDeque};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
 use uroce_wire::opcode::Transport;
 use uroce_wire::*;
 
@@ -63,6 +65,8 @@ pub struct DeviceConfig {
     /// Send every frame from this UDP source port instead of the per-QP port derived from the
     /// flow label (a kernel UDP socket backend can only send from its bound port).
     pub udp_sport: Option<u16>,
+    /// IPv4 identification of transmitted frames (covered by the ICRC).
+    pub ipv4_ident: Ipv4Ident,
     /// TTL / hop limit of every frame. The kernel resolves a RoCE address vector's hop limit
     /// from the route (`ib_resolve_unicast_gid_dmac`), so rxe and ConnectX under Linux send 64
     /// whatever the application asked (perftest 255, ibv_rc_pingpong 1); uroce does the same.
@@ -89,9 +93,23 @@ impl DeviceConfig {
             check_icrc: true,
             udp_sport: None,
             hop_limit: 64,
+            ipv4_ident: Ipv4Ident::Counter,
             quirks: Quirks::default(),
         }
     }
+}
+
+/// How transmitted IPv4 frames are identified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Ipv4Ident {
+    /// As the kernel does for rxe (`__ip_select_ident`): one counter per (source, destination)
+    /// pair shared by every QP, +1 per frame (retransmissions included), starting at a value
+    /// drawn from the device seed.
+    #[default]
+    Counter,
+    /// Always 0: a kernel UDP socket with DF set sends 0, and the ICRC covers the field, so the
+    /// kernel-UDP backend needs the engine to build exactly that.
+    Zero,
 }
 
 /// The headers of every frame a QP sends, fixed when its path is set.
@@ -101,6 +119,8 @@ pub(crate) struct FrameTemplate {
     csum: UdpChecksum,
     pub(crate) peer: IpAddr,
     pub(crate) local: IpAddr,
+    /// IPv4 identification counter of this (source, destination) pair, shared by its QPs.
+    ident: Option<Arc<AtomicU16>>,
 }
 
 /// rdma-core / kernel `rdma_calc_flow_label`: a flow label from the two QPNs.
@@ -184,7 +204,7 @@ impl FrameTemplate {
                 payload_len: 0,
             },
         };
-        Ok(FrameTemplate { frame, csum: cfg.udp_checksum, peer, local })
+        Ok(FrameTemplate { frame, csum: cfg.udp_checksum, peer, local, ident: None })
     }
 
     /// The transport part of a packet of this QP.
@@ -210,7 +230,13 @@ impl FrameTemplate {
     #[inline]
     pub(crate) fn emit(&self, buf: &mut [u8], roce: &RoceRepr, fill: impl FnOnce(&mut [u8])) -> Option<usize> {
         let f = &self.frame;
-        emit_frame(&f.eth, &f.ip, &f.udp, roce, buf, self.csum, fill).ok()
+        match (&self.ident, &f.ip) {
+            (Some(c), IpRepr::V4(v4)) => {
+                let ip = IpRepr::V4(Ipv4Repr { ident: c.fetch_add(1, Ordering::Relaxed), ..*v4 });
+                emit_frame(&f.eth, &ip, &f.udp, roce, buf, self.csum, fill).ok()
+            }
+            _ => emit_frame(&f.eth, &f.ip, &f.udp, roce, buf, self.csum, fill).ok(),
+        }
     }
 }
 
@@ -262,6 +288,8 @@ pub struct Device {
     timers: BTreeSet<(Instant, u32, TimerKind)>,
     counters: Counters,
     events: VecDeque<AsyncEvent>,
+    /// IPv4 identification counters per (source, destination) ([`Ipv4Ident::Counter`]).
+    idents: std::collections::HashMap<(IpAddr, IpAddr), Arc<AtomicU16>>,
 }
 
 const MAX_QP_WR: u32 = 16384; // rxe RXE_MAX_QP_WR
@@ -282,6 +310,7 @@ impl Device {
             ready: VecDeque::new(),
             timers: BTreeSet::new(),
             counters: Counters::default(),
+            idents: Default::default(),
             events: VecDeque::new(),
         }
     }
@@ -661,7 +690,20 @@ impl Device {
             qp.req.high_psn = p;
         }
         if mask.intersects(M::AV | M::DEST_QPN) || (to == QpState::Rtr && qp.template.is_none()) {
-            qp.template = Some(FrameTemplate::new(cfg, &qp.attr.ah_attr, qpn, qp.attr.dest_qp_num)?);
+            let mut tpl = FrameTemplate::new(cfg, &qp.attr.ah_attr, qpn, qp.attr.dest_qp_num)?;
+            if cfg.ipv4_ident == Ipv4Ident::Counter && tpl.peer.is_ipv4() {
+                let seed = cfg.seed;
+                let c = self.idents.entry((tpl.local, tpl.peer)).or_insert_with(|| {
+                    // A start drawn from the seed and the pair, like the kernel's hashed bucket.
+                    let mut h = seed ^ 0x9e37_79b9_7f4a_7c15;
+                    for b in format!("{}{}", tpl.local, tpl.peer).bytes() {
+                        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+                    }
+                    Arc::new(AtomicU16::new((h >> 32) as u16))
+                });
+                tpl.ident = Some(c.clone());
+            }
+            qp.template = Some(tpl);
         }
         qp.state = to;
         self.mark_ready(qpn);

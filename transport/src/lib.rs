@@ -20,7 +20,7 @@ pub mod time;
 pub mod verbs;
 
 pub use counters::Counters;
-pub use device::{Device, DeviceConfig, MrInfo, Quirks, RxDrop};
+pub use device::{Device, DeviceConfig, Ipv4Ident, MrInfo, Quirks, RxDrop};
 pub use qp::AsyncEvent;
 pub use time::Instant;
 pub use verbs::*;
