@@ -24,8 +24,6 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use std::collections::{BTreeSet, VecDeque};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Arc;
 use uroce_wire::opcode::Transport;
 use uroce_wire::*;
 
@@ -119,8 +117,9 @@ pub(crate) struct FrameTemplate {
     csum: UdpChecksum,
     pub(crate) peer: IpAddr,
     pub(crate) local: IpAddr,
-    /// IPv4 identification counter of this (source, destination) pair, shared by its QPs.
-    ident: Option<Arc<AtomicU16>>,
+    /// Slot of this (source, destination) pair's IPv4 identification counter in
+    /// `Device::idents` (shared by the pair's QPs).
+    ident: Option<u32>,
 }
 
 /// rdma-core / kernel `rdma_calc_flow_label`: a flow label from the two QPNs.
@@ -228,11 +227,18 @@ impl FrameTemplate {
 
     /// Emit a whole frame; `fill` writes the payload in place.
     #[inline]
-    pub(crate) fn emit(&self, buf: &mut [u8], roce: &RoceRepr, fill: impl FnOnce(&mut [u8])) -> Option<usize> {
+    pub(crate) fn emit(
+        &self,
+        buf: &mut [u8],
+        roce: &RoceRepr,
+        idents: &mut [u16],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Option<usize> {
         let f = &self.frame;
-        match (&self.ident, &f.ip) {
+        match (self.ident.and_then(|i| idents.get_mut(i as usize)), &f.ip) {
             (Some(c), IpRepr::V4(v4)) => {
-                let ip = IpRepr::V4(Ipv4Repr { ident: c.fetch_add(1, Ordering::Relaxed), ..*v4 });
+                let ip = IpRepr::V4(Ipv4Repr { ident: *c, ..*v4 });
+                *c = c.wrapping_add(1);
                 emit_frame(&f.eth, &ip, &f.udp, roce, buf, self.csum, fill).ok()
             }
             _ => emit_frame(&f.eth, &f.ip, &f.udp, roce, buf, self.csum, fill).ok(),
@@ -288,8 +294,10 @@ pub struct Device {
     timers: BTreeSet<(Instant, u32, TimerKind)>,
     counters: Counters,
     events: VecDeque<AsyncEvent>,
-    /// IPv4 identification counters per (source, destination) ([`Ipv4Ident::Counter`]).
-    idents: std::collections::HashMap<(IpAddr, IpAddr), Arc<AtomicU16>>,
+    /// IPv4 identification counters ([`Ipv4Ident::Counter`]), one per (source, destination)
+    /// pair; `ident_slots` finds a pair's slot.
+    idents: Vec<u16>,
+    ident_slots: std::collections::HashMap<(IpAddr, IpAddr), u32>,
 }
 
 const MAX_QP_WR: u32 = 16384; // rxe RXE_MAX_QP_WR
@@ -310,7 +318,8 @@ impl Device {
             ready: VecDeque::new(),
             timers: BTreeSet::new(),
             counters: Counters::default(),
-            idents: Default::default(),
+            idents: Vec::new(),
+            ident_slots: Default::default(),
             events: VecDeque::new(),
         }
     }
@@ -626,9 +635,9 @@ impl Device {
         let cur = self.qps.get(&qpn).ok_or(VerbsError::NoSuchObject("QP"))?.state;
         let to = crate::qp::state::check_transition(cur, attr, mask)?;
         self.validate_attr(attr, mask)?;
-        let Device { cfg, qps, mrs, cqs, counters, events, .. } = self;
+        let Device { cfg, qps, mrs, cqs, counters, events, idents, .. } = self;
         let qp = qps.get_mut(&qpn).expect("checked");
-        let mut ctx = Ctx { now: Instant::ZERO, cfg, mrs, cqs, counters, events };
+        let mut ctx = Ctx { now: Instant::ZERO, cfg, mrs, cqs, counters, events, idents };
         if to == QpState::Reset {
             qp.reset();
             self.sync_timers(qpn);
@@ -692,16 +701,22 @@ impl Device {
         if mask.intersects(M::AV | M::DEST_QPN) || (to == QpState::Rtr && qp.template.is_none()) {
             let mut tpl = FrameTemplate::new(cfg, &qp.attr.ah_attr, qpn, qp.attr.dest_qp_num)?;
             if cfg.ipv4_ident == Ipv4Ident::Counter && tpl.peer.is_ipv4() {
-                let seed = cfg.seed;
-                let c = self.idents.entry((tpl.local, tpl.peer)).or_insert_with(|| {
-                    // A start drawn from the seed and the pair, like the kernel's hashed bucket.
-                    let mut h = seed ^ 0x9e37_79b9_7f4a_7c15;
-                    for b in format!("{}{}", tpl.local, tpl.peer).bytes() {
-                        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+                let key = (tpl.local, tpl.peer);
+                let slot = match self.ident_slots.get(&key) {
+                    Some(&i) => i,
+                    None => {
+                        // A start drawn from the seed and the pair, like the kernel's hashed bucket.
+                        let mut h = cfg.seed ^ 0x9e37_79b9_7f4a_7c15;
+                        for b in format!("{}{}", tpl.local, tpl.peer).bytes() {
+                            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+                        }
+                        self.idents.push((h >> 32) as u16);
+                        let i = (self.idents.len() - 1) as u32;
+                        self.ident_slots.insert(key, i);
+                        i
                     }
-                    Arc::new(AtomicU16::new((h >> 32) as u16))
-                });
-                tpl.ident = Some(c.clone());
+                };
+                tpl.ident = Some(slot);
             }
             qp.template = Some(tpl);
         }
@@ -712,9 +727,9 @@ impl Device {
 
     /// `ibv_post_send`.
     pub fn post_send(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
-        let Device { cfg, qps, mrs, cqs, counters, events, .. } = self;
+        let Device { cfg, qps, mrs, cqs, counters, events, idents, .. } = self;
         let qp = qps.get_mut(&qpn).ok_or(VerbsError::NoSuchObject("QP"))?;
-        let mut ctx = Ctx { now: Instant::ZERO, cfg, mrs, cqs, counters, events };
+        let mut ctx = Ctx { now: Instant::ZERO, cfg, mrs, cqs, counters, events, idents };
         qp.post_send(&mut ctx, wr)?;
         self.mark_ready(qpn);
         Ok(())
@@ -722,9 +737,9 @@ impl Device {
 
     /// `ibv_post_recv`.
     pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
-        let Device { cfg, qps, mrs, cqs, counters, events, .. } = self;
+        let Device { cfg, qps, mrs, cqs, counters, events, idents, .. } = self;
         let qp = qps.get_mut(&qpn).ok_or(VerbsError::NoSuchObject("QP"))?;
-        let mut ctx = Ctx { now: Instant::ZERO, cfg, mrs, cqs, counters, events };
+        let mut ctx = Ctx { now: Instant::ZERO, cfg, mrs, cqs, counters, events, idents };
         qp.post_recv(&mut ctx, wr)
     }
 
@@ -800,7 +815,7 @@ impl Device {
             return Err(RxDrop::BadPkey);
         }
         let qpn = bth.dest_qp.value();
-        let Device { cfg, qps, mrs, cqs, counters, events, .. } = self;
+        let Device { cfg, qps, mrs, cqs, counters, events, idents, .. } = self;
         let Some(qp) = qps.get_mut(&qpn) else {
             counters.dropped_unknown_qp += 1;
             return Err(RxDrop::UnknownQp(qpn));
@@ -819,7 +834,7 @@ impl Device {
             }
         }
         counters.rcvd_pkts += 1;
-        let mut ctx = Ctx { now, cfg, mrs, cqs, counters, events };
+        let mut ctx = Ctx { now, cfg, mrs, cqs, counters, events, idents };
         if info.is_request() {
             qp.handle_request(&mut ctx, p);
         } else {
@@ -837,7 +852,7 @@ impl Device {
                 break;
             }
             self.timers.pop_first();
-            let Device { cfg, qps, mrs, cqs, counters, events, .. } = self;
+            let Device { cfg, qps, mrs, cqs, counters, events, idents, .. } = self;
             let Some(qp) = qps.get_mut(&qpn) else { continue };
             let idx = kind as usize;
             if qp.armed[idx] != Some(when) {
@@ -847,7 +862,7 @@ impl Device {
             if qp.deadline(kind) != Some(when) {
                 continue;
             }
-            let mut ctx = Ctx { now, cfg, mrs, cqs, counters, events };
+            let mut ctx = Ctx { now, cfg, mrs, cqs, counters, events, idents };
             match kind {
                 TimerKind::Retransmit => qp.on_retransmit_timeout(&mut ctx),
                 TimerKind::Rnr => qp.on_rnr_timeout(&mut ctx),
@@ -878,10 +893,10 @@ impl Device {
         let n = self.ready.len();
         for _ in 0..n {
             let qpn = self.ready.pop_front()?;
-            let Device { cfg, qps, mrs, cqs, counters, events, .. } = self;
+            let Device { cfg, qps, mrs, cqs, counters, events, idents, .. } = self;
             let Some(qp) = qps.get_mut(&qpn) else { continue };
             qp.in_ready = false;
-            let mut ctx = Ctx { now, cfg, mrs, cqs, counters, events };
+            let mut ctx = Ctx { now, cfg, mrs, cqs, counters, events, idents };
             let out = qp.poll_response(&mut ctx, buf).or_else(|| qp.poll_request(&mut ctx, buf));
             self.sync_timers(qpn);
             if let Some(len) = out {

@@ -36,6 +36,8 @@ pub(crate) struct Ctx<'a> {
     pub cqs: &'a mut [Option<Cq>],
     pub counters: &'a mut Counters,
     pub events: &'a mut VecDeque<AsyncEvent>,
+    /// IPv4 identification counters (see `FrameTemplate::emit`).
+    pub idents: &'a mut Vec<u16>,
 }
 
 impl Ctx<'_> {

@@ -364,7 +364,7 @@ impl Qp {
         let mut gather_ok = true;
         let mrs = &*ctx.mrs;
         let pd = self.pd;
-        let len = tpl.emit(buf, &roce, |p| gather_ok = gather(mrs, pd, &src, off as u64, p).is_ok())?;
+        let len = tpl.emit(buf, &roce, ctx.idents, |p| gather_ok = gather(mrs, pd, &src, off as u64, p).is_ok())?;
         if !gather_ok {
             return None;
         }

@@ -612,7 +612,7 @@ impl Qp {
         let pd = self.pd;
         let mut ok = true;
         let mrs = &*ctx.mrs;
-        let len = tpl.emit(buf, &roce, |b| {
+        let len = tpl.emit(buf, &roce, ctx.idents, |b| {
             if let Some((va, rkey)) = src {
                 // Re-read (and re-validate) the region for every response packet: it may have
                 // been deregistered since the request was accepted.
