@@ -349,7 +349,7 @@ impl XskSocket {
                 Ok(p) => p,
                 Err(OpenError::Other(e)) => return Err(e),
                 Err(OpenError::Bind(zc)) => {
-                    tracing::warn!(
+                    tracing::info!(
                         ifindex,
                         queue_id,
                         error = %zc,
