@@ -73,6 +73,9 @@ pub struct PerfArgs {
     /// Send queue depth.
     #[arg(short = 't', long = "tx-depth")]
     tx_depth: Option<u32>,
+    /// QP timeout: the local ACK timeout is 4.096 us * 2^N (perftest's `-u`).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
+    qp_timeout: u8,
     /// Generate a completion every N sends.
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
     cq_mod: u32,
@@ -112,6 +115,10 @@ pub struct PerfArgs {
     /// No progress line on stderr.
     #[arg(long)]
     no_progress: bool,
+    /// At exit, print the engine's non-zero counters, the port's stats and the fault
+    /// injector's counters to stderr (`uroce-counters <group>: name=value ...`).
+    #[arg(long)]
+    counters: bool,
 }
 
 fn mtu_of(v: u32) -> Result<Mtu> {
@@ -188,6 +195,11 @@ pub fn config(a: &PerfArgs) -> Result<PerfConfig> {
         c.seed = s;
     }
     c.progress = !a.no_progress;
+    c.counters = a.counters;
+    if a.qp_timeout > 31 {
+        bail!("-u must be between 0 and 31");
+    }
+    c.qp_timeout = a.qp_timeout;
     Ok(c)
 }
 

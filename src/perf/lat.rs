@@ -3,8 +3,10 @@
 //! * write_lat (`run_iter_lat_write`): ping-pong through memory. Each side polls the last byte of
 //!   a message in its advertised region (the first half of its buffer) for the peer's counter,
 //!   then writes its own counter (`++scnt`) as the last byte of a message sent from the second
-//!   half. The client writes first. Latency = half the time between consecutive posts.
-//! * send_lat (`run_iter_lat_send`): the same ping-pong with SEND/RECV completions.
+//!   half. The *server* writes first (`!(scnt < 1 && machine == SERVER)` in perftest 4.5 to
+//!   25.x). Latency = half the time between consecutive posts.
+//! * send_lat (`run_iter_lat_send`): the same ping-pong with SEND/RECV completions; here the
+//!   *client* sends first (`!(scnt < 1 && machine == CLIENT)`).
 //! * read_lat (`run_iter_lat`): the client issues one READ at a time; latency = time between
 //!   consecutive posts (a whole round trip). The server only answers.
 
@@ -91,7 +93,31 @@ fn set_byte(run: &mut Run, off: usize, v: u8) {
     }
 }
 
+/// Reap completions: sends are counted in `ccnt`, receives in `recvd` (each receive is
+/// replaced by a new one, as perftest's send_lat re-posts one per message).
+fn reap(run: &mut Run, ccnt: &mut u64, recvd: &mut u64) -> Result<()> {
+    let mut got = 0u64;
+    drain_cqs(run, |_, w| {
+        if w.opcode == WcOpcode::Recv {
+            got += 1;
+        } else {
+            *ccnt += 1;
+        }
+    })?;
+    for _ in 0..got {
+        *recvd += 1;
+        post_recv(run, *recvd + run.cfg.rx_depth as u64)?;
+    }
+    Ok(())
+}
+
 /// One ping-pong measurement; returns half round trips in microseconds.
+///
+/// Each round as perftest's `run_iter_lat_write` / `run_iter_lat_send`: wait for the peer's
+/// message number `rcnt` (except the side that goes first, in its first round), post ours, then
+/// wait for *its* completion before the next round. The send queue is one deep (`-t 1`), so
+/// posting before the previous send completed would fail; and the peer's next message can
+/// arrive before our ACK does (rxe defers ACKs), so its completion is counted, not lost.
 fn ping_pong(run: &mut Run, size: usize, client: bool, send: bool) -> Result<Vec<f64>> {
     let iters = run.cfg.iters.max(2);
     let size = size.max(1);
@@ -100,35 +126,27 @@ fn ping_pong(run: &mut Run, size: usize, client: bool, send: bool) -> Result<Vec
     if !send {
         set_byte(run, poll_off, 0);
     }
-    let (mut scnt, mut rcnt, mut ccnt) = (0u64, 0u64, 0u64);
+    // Who goes first, as perftest: the server in write_lat (run_iter_lat_write), the client
+    // in send_lat (run_iter_lat_send). Both sides waiting first would deadlock.
+    let first = if send { client } else { !client };
+    let (mut scnt, mut rcnt, mut ccnt, mut recvd) = (0u64, 0u64, 0u64, 0u64);
     let mut posted_at = Vec::with_capacity(iters as usize);
-    let mut last_progress = Instant::now();
     while scnt < iters || rcnt < iters || ccnt < iters {
-        if rcnt < iters && !(scnt < 1 && client) {
+        if rcnt < iters && !(scnt < 1 && first) {
             rcnt += 1;
             // Wait for the peer's message number rcnt.
+            let start = Instant::now();
             loop {
                 let arrived = if send {
-                    let mut got = 0;
-                    drain_cqs(run, |_, w| {
-                        if w.opcode == WcOpcode::Recv {
-                            got += 1;
-                        } else {
-                            ccnt += 1;
-                        }
-                    })?;
-                    if got > 0 {
-                        post_recv(run, rcnt + run.cfg.rx_depth as u64)?;
-                    }
-                    got > 0
+                    reap(run, &mut ccnt, &mut recvd)?;
+                    recvd >= rcnt
                 } else {
                     byte(run, poll_off) == rcnt as u8
                 };
                 if arrived {
-                    last_progress = Instant::now();
                     break;
                 }
-                if !run.port.poll()? && last_progress.elapsed() > STALL {
+                if !run.port.poll()? && start.elapsed() > STALL {
                     bail!("no message {rcnt} from the peer for {STALL:?}");
                 }
             }
@@ -138,28 +156,16 @@ fn ping_pong(run: &mut Run, size: usize, client: bool, send: bool) -> Result<Vec
             set_byte(run, post_off, scnt as u8);
             posted_at.push(Instant::now());
             post(run, if send { WrOpcode::Send } else { WrOpcode::RdmaWrite }, size)?;
-            run.port.poll()?;
         }
-        if ccnt < scnt {
-            if !send {
-                drain_cqs(run, |_, _| ccnt += 1)?;
+        // Wait for our send's completion (perftest: `ibv_poll_cq` until one arrives).
+        let start = Instant::now();
+        loop {
+            reap(run, &mut ccnt, &mut recvd)?;
+            if ccnt >= scnt {
+                break;
             }
-            if ccnt < scnt {
-                run.port.poll()?;
-            }
-            if scnt == iters && rcnt == iters {
-                // The last sends' completions: drive until they arrive.
-                let start = Instant::now();
-                while ccnt < iters {
-                    drain_cqs(run, |_, w| {
-                        if w.opcode != WcOpcode::Recv {
-                            ccnt += 1
-                        }
-                    })?;
-                    if ccnt < iters && !run.port.poll()? && start.elapsed() > STALL {
-                        bail!("sends not completed after {STALL:?}");
-                    }
-                }
+            if !run.port.poll()? && start.elapsed() > STALL {
+                bail!("send {scnt} not completed after {STALL:?}");
             }
         }
     }

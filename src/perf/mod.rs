@@ -3,7 +3,7 @@
 //!
 //! One process is one side: a server (no host) waits on TCP port 18515 for the client (with a
 //! host). Both exchange perftest's key messages ([`uroce_rxe_compat::perftest`]), connect RC
-//! QPs the way perftest does (`ctx_modify_qp_to_rtr/rts`: timeout 14, retry 7, rnr_retry 7,
+//! QPs the way perftest does (`ctx_modify_qp_to_rtr/rts`: timeout 14 or `-u`, retry 7, rnr_retry 7,
 //! min_rnr_timer 12, `max_rd_atomic` = the peer's `out_reads`), run the test on a [`Port`]
 //! driven in this thread (run-to-completion), and print perftest's report.
 
@@ -134,6 +134,11 @@ pub struct PerfConfig {
     pub progress: bool,
     /// Seconds to keep retrying the TCP connection (client).
     pub connect_timeout: Duration,
+    /// Local ACK timeout exponent of the QPs (`-u`: 4.096 us * 2^n; perftest's default 14).
+    pub qp_timeout: u8,
+    /// Print the engine's non-zero counters, the port's stats and the injector's counters to
+    /// stderr when the run ends (also when it fails).
+    pub counters: bool,
 }
 
 impl PerfConfig {
@@ -170,6 +175,8 @@ impl PerfConfig {
                 ^ ((std::process::id() as u64) << 32),
             progress: true,
             connect_timeout: Duration::from_secs(30),
+            counters: false,
+            qp_timeout: 14,
         }
     }
 }
@@ -251,7 +258,40 @@ pub fn run(cfg: PerfConfig, out: Box<dyn std::io::Write>) -> Result<Option<BwRes
     let mut run = setup(cfg, port, stream, out)?;
     let r = if run.cfg.test.is_bw() { bw::run(&mut run) } else { lat::run(&mut run) };
     run.port.flush_capture();
+    if run.cfg.counters {
+        eprint!("{}", counters_report(&run.port));
+    }
     r
+}
+
+/// `--counters`: the engine's non-zero counters (rxe's `hw_counters` names), the port's stats
+/// and the fault injector's counters, one `uroce-counters <group>: k=v ...` line each.
+pub fn counters_report(port: &Port) -> String {
+    let engine: Vec<String> =
+        port.device_ref().counters().iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
+    let s = port.stats();
+    let mut out = format!("uroce-counters engine: {}\n", engine.join(" "));
+    out += &format!(
+        "uroce-counters port: rx_frames={} tx_frames={} rx_dropped={} tx_full={} idle_polls={} link_down={}\n",
+        s.rx_frames, s.tx_frames, s.rx_dropped, s.tx_full, s.idle_polls, s.link_down
+    );
+    if let Some(i) = port.injector() {
+        let c = i.counters();
+        out += &format!(
+            "uroce-counters inject: processed={} delivered={} dropped={} duplicated={} reordered={} delayed={} \
+             corrupted={} ce_marked={} overflow={}\n",
+            c.processed,
+            c.delivered,
+            c.dropped,
+            c.duplicated,
+            c.reordered,
+            c.delayed,
+            c.corrupted,
+            c.ce_marked,
+            c.overflow
+        );
+    }
+    out
 }
 
 fn connect_tcp(host: &str, port: u16, timeout: Duration) -> Result<TcpStream> {
@@ -379,7 +419,7 @@ fn connect_qp(
         M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
     )?;
     a.qp_state = QpState::Rts;
-    a.timeout = 14;
+    a.timeout = cfg.qp_timeout;
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.sq_psn = c.me.psn;
