@@ -11,5 +11,6 @@ pub mod io;
 pub mod netns;
 pub mod pcap;
 pub mod perf;
+pub mod pingpong;
 pub mod runtime;
 pub mod sample;
