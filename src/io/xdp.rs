@@ -7,6 +7,14 @@
 //! region, done by the engine. Larger frames (a 4096-byte path MTU on a jumbo link) travel as
 //! multi-buffer AF_XDP packets (`XDP_USE_SG`); they are staged through one contiguous scratch
 //! buffer on each side — a second copy, for those frames only.
+//!
+//! Zero-copy (`XDP_ZEROCOPY`, verified on virtio_net with Linux 6.17 against rxe: see
+//! `tests/interop_zerocopy.rs`): the UMEM chunks on the fill ring are the queue's receive
+//! buffers, so the socket stocks the fill ring at bind and refills it after every receive
+//! batch, and frames the program passes (ARP, TCP) are still delivered to the kernel stack by
+//! the driver. Multi-buffer in zero-copy mode needs driver support that virtio_net lacks
+//! (EOPNOTSUPP): on a link with an MTU above [`MAX_SINGLE_CHUNK_MTU`], `BindMode::Auto` falls
+//! back to copy mode and `BindMode::ZeroCopy` fails with that explanation.
 
 use super::xsk::{BindMode, XskConfig, XskError, XskSocket};
 use super::{Backend, MAX_FRAME};
@@ -14,6 +22,11 @@ use std::io;
 use std::os::fd::AsFd;
 use std::time::Duration;
 use uroce_xdp_prog::{AttachMode, ProgramConfig, XdpSteering};
+
+/// The largest link MTU whose frames (MTU + Ethernet header + a VLAN tag) fit one 4 KiB UMEM
+/// chunk after the kernel's `XDP_PACKET_HEADROOM` (256): above it the sockets need
+/// multi-buffer (`XDP_USE_SG`).
+pub const MAX_SINGLE_CHUNK_MTU: usize = 4096 - 256 - 18;
 
 /// How to set up the AF_XDP backend.
 #[derive(Clone, Debug)]
@@ -50,8 +63,7 @@ impl XdpBackend {
     pub fn open(ifname: &str, opts: &XdpOptions) -> io::Result<XdpBackend> {
         let err = |what: &str, e: &dyn std::fmt::Display| io::Error::other(format!("{ifname}: {what}: {e}"));
         let link_mtu = uroce_xdp_prog::mtu(ifname).map_err(|e| err("MTU", &e))? as usize;
-        // A frame is the link MTU plus the Ethernet header (and a VLAN tag).
-        let multi_buffer = link_mtu + 18 > 4096 - 256;
+        let multi_buffer = link_mtu > MAX_SINGLE_CHUNK_MTU;
         let steering =
             XdpSteering::install(ifname, &ProgramConfig { frags: multi_buffer, ..Default::default() }, opts.attach)
                 .map_err(|e| err("attach the XDP program", &e))?;
@@ -66,7 +78,13 @@ impl XdpBackend {
         let ifindex = uroce_xdp_prog::ifindex(ifname).map_err(|e| err("ifindex", &e))?;
         let mut sockets = Vec::new();
         for q in queues {
-            let s = XskSocket::new(ifindex, q, &cfg).map_err(|e| err(&format!("AF_XDP socket on queue {q}"), &e))?;
+            let s = XskSocket::new(ifindex, q, &cfg).map_err(|e| {
+                let what = format!("AF_XDP socket on queue {q}");
+                match zero_copy_sg_hint(&e, multi_buffer, link_mtu) {
+                    Some(hint) => err(&what, &format!("{e} ({hint})")),
+                    None => err(&what, &e),
+                }
+            })?;
             steering.register(q, s.as_fd()).map_err(|e| err("register the socket in the XSKMAP", &e))?;
             tracing::info!(
                 ifname,
@@ -214,6 +232,21 @@ impl Backend for XdpBackend {
     }
 }
 
+/// Why a zero-copy bind with `XDP_USE_SG` was refused, when that is the likely reason: the
+/// kernel answers EOPNOTSUPP when the driver cannot take multi-buffer packets in zero-copy
+/// mode (`xdp_zc_max_segs` = 1; e.g. virtio_net in 6.17), and uroce asks for multi-buffer
+/// whenever the link MTU lets frames outgrow one UMEM chunk.
+fn zero_copy_sg_hint(e: &XskError, multi_buffer: bool, link_mtu: usize) -> Option<String> {
+    let XskError::Bind { zero_copy: Some(zc), copy: None } = e else { return None };
+    (multi_buffer && zc.raw_os_error() == Some(libc::EOPNOTSUPP)).then(|| {
+        format!(
+            "link MTU {link_mtu} needs multi-buffer AF_XDP (frames above one 4 KiB chunk), which this \
+             driver does not support in zero-copy mode; use a link MTU of at most {MAX_SINGLE_CHUNK_MTU} \
+             for zero-copy, or copy mode"
+        )
+    })
+}
+
 /// An socket-layer error as `io::Error`, keeping the OS error's kind (so callers can tell a
 /// link that went down, `NetworkDown`, from a real failure) and the step in the message.
 fn xsk_io_error(e: XskError) -> io::Error {
@@ -225,4 +258,26 @@ fn xsk_io_error(e: XskError) -> io::Error {
         _ => io::ErrorKind::Other,
     };
     io::Error::new(kind, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_copy_multi_buffer_refusal_is_explained() {
+        let refused = || XskError::Bind { zero_copy: Some(io::Error::from_raw_os_error(libc::EOPNOTSUPP)), copy: None };
+        let hint = zero_copy_sg_hint(&refused(), true, 9000).expect("hint");
+        assert!(hint.contains("link MTU 9000") && hint.contains(&MAX_SINGLE_CHUNK_MTU.to_string()), "{hint}");
+        // Not for single-buffer sockets, other errnos, or a failed copy-mode fallback.
+        assert!(zero_copy_sg_hint(&refused(), false, 1500).is_none());
+        let einval = XskError::Bind { zero_copy: Some(io::Error::from_raw_os_error(libc::EINVAL)), copy: None };
+        assert!(zero_copy_sg_hint(&einval, true, 9000).is_none());
+        let both = XskError::Bind {
+            zero_copy: Some(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
+            copy: Some(io::Error::from_raw_os_error(libc::EINVAL)),
+        };
+        assert!(zero_copy_sg_hint(&both, true, 9000).is_none());
+        assert_eq!(MAX_SINGLE_CHUNK_MTU, 3822);
+    }
 }

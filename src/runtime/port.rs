@@ -140,7 +140,10 @@ impl Port {
             // A kernel UDP socket (DF set) sends IPv4 identification 0, and the ICRC covers it.
             dc.ipv4_ident = uroce_transport::Ipv4Ident::Zero;
         }
-        dc.check_icrc = !backend.verifies_icrc();
+        // The backend's check happens before the injector; an injector that corrupts frames
+        // needs the engine's own check behind it.
+        let corrupts = cfg.inject.as_ref().is_some_and(|f| f.corrupt > 0.0);
+        dc.check_icrc = !backend.verifies_icrc() || corrupts;
         if let Some(t) = cfg.tweak {
             t(&mut dc);
         }
