@@ -195,7 +195,7 @@ pub fn config(a: &PingpongArgs) -> Result<PingpongConfig> {
         validate: a.chk,
         events: a.events,
         backend: match a.backend {
-            BackendArg::Udp => BackendKind::Udp { port: a.udp_port },
+            BackendArg::Udp => BackendKind::Udp { port: a.udp_port, gso: false, gro: false },
             BackendArg::Xdp => {
                 use crate::io::xsk::BindMode;
                 let bind = match a.xdp_mode {

@@ -18,6 +18,12 @@ pub enum BackendKind {
     Udp {
         /// UDP port to bind.
         port: u16,
+        /// Batch equal-size runs with `UDP_SEGMENT` (GSO). Only toward peers behind a kernel
+        /// socket or a real NIC: over veth the batch reaches the peer unsegmented, which an
+        /// AF_XDP peer cannot take.
+        gso: bool,
+        /// Accept coalesced datagrams (`UDP_GRO`).
+        gro: bool,
     },
 }
 
@@ -120,9 +126,13 @@ impl Port {
                 let name = cfg.ifname.as_deref().context("the AF_XDP backend needs an interface (-d)")?;
                 Box::new(io::xdp::XdpBackend::open(name, o)?)
             }
-            BackendKind::Udp { port } => Box::new(
-                io::udp::UdpBackend::new(cfg.local_ip, *port, mac)
-                    .with_context(|| format!("UDP socket on {}:{port}", cfg.local_ip))?,
+            BackendKind::Udp { port, gso, gro } => Box::new(
+                io::udp::UdpBackend::new(
+                    cfg.local_ip,
+                    *port,
+                    io::udp::UdpOptions { gso: *gso, gro: *gro, ..io::udp::UdpOptions::from(mac) },
+                )
+                .with_context(|| format!("UDP socket on {}:{port}", cfg.local_ip))?,
             ),
         };
         tracing::info!(backend = %backend.describe(), "port open");
