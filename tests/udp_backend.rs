@@ -151,7 +151,20 @@ fn l3(f: &[u8]) -> &[u8] {
 // Backend helpers
 
 fn backend(ip: IpAddr, opts: UdpOptions) -> UdpBackend {
-    UdpBackend::new(ip, PORT, opts).unwrap_or_else(|e| panic!("UdpBackend on {ip}:{PORT}: {e}"))
+    // A test that re-binds the port right after dropping a backend can lose a race with a
+    // process another test is spawning at that moment: the forked child holds a copy of the
+    // (CLOEXEC) socket until its exec, so the port stays bound for a few microseconds.
+    let mut tries = 0;
+    loop {
+        match UdpBackend::new(ip, PORT, opts.clone()) {
+            Ok(b) => return b,
+            Err(e) if tries < 50 && e.to_string().contains("Address already in use") => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("UdpBackend on {ip}:{PORT}: {e}"),
+        }
+    }
 }
 
 fn send(b: &mut UdpBackend, frames: &[Vec<u8>]) {

@@ -195,7 +195,7 @@ pub fn config(a: &PingpongArgs) -> Result<PingpongConfig> {
         validate: a.chk,
         events: a.events,
         backend: match a.backend {
-            BackendArg::Udp => BackendKind::Udp { port: a.udp_port, gso: false, gro: false },
+            BackendArg::Udp => BackendKind::Udp { port: a.udp_port, gso: true, gro: true },
             BackendArg::Xdp => {
                 use crate::io::xsk::BindMode;
                 let bind = match a.xdp_mode {

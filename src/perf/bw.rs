@@ -92,8 +92,10 @@ fn measure(run: &mut Run, size: usize) -> Result<BwResult> {
                 post(run, i, size, id, last || (id + 1) % cq_mod == 0)?;
                 posted[i] += 1;
             }
-            if !posting && posted[i] > done[i] && (posted[i] % cq_mod) != 0 {
+            if !posting && posted[i] > done[i] && (posted[i] % cq_mod) != 0 && posted[i] - done[i] < depth {
                 // Duration mode: the WRs after the last signaled one need a signaled follower.
+                // With the send queue full, wait: a signaled WR (every cq_mod-th, cq_mod <= depth)
+                // is among the outstanding ones and its completion makes room.
                 post(run, i, size, posted[i], true)?;
                 posted[i] += 1;
             }

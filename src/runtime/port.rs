@@ -18,9 +18,9 @@ pub enum BackendKind {
     Udp {
         /// UDP port to bind.
         port: u16,
-        /// Batch equal-size runs with `UDP_SEGMENT` (GSO). Only toward peers behind a kernel
-        /// socket or a real NIC: over veth the batch reaches the peer unsegmented, which an
-        /// AF_XDP peer cannot take.
+        /// Batch equal-size runs with `UDP_SEGMENT` (GSO). Safe toward kernel sockets, real
+        /// NICs and native-XDP peers on veth; not toward a generic-mode XDP peer on veth,
+        /// which would see the unsegmented batch (see `io::udp`).
         gso: bool,
         /// Accept coalesced datagrams (`UDP_GRO`).
         gro: bool,

@@ -58,7 +58,7 @@
 //! with a nonzero ID fail the check and are dropped (counted). IPv6 has no ID: it works with
 //! every peer either way.
 //!
-//! # GSO / GRO (measured; off by default)
+//! # GSO / GRO (measured; off in [`UdpOptions::default`], on in the CLI)
 //!
 //! RoCE packets are independent datagrams, but a WRITE burst is a run of equal-size datagrams
 //! to one peer: what `UDP_SEGMENT` batches into one super-datagram that the kernel segments
@@ -72,6 +72,11 @@
 //! | default (`sendmmsg` / `recvmmsg`, batch 64) | 0.57 Mpps, 4.7 Gbit/s | 0.48 Mpps, 15.6 Gbit/s |
 //! | `gso` | 1.07 Mpps, 8.7 Gbit/s | 0.87 Mpps, 28 Gbit/s |
 //! | `gso` + `gro` | 3.56 Mpps, 29 Gbit/s | 1.41 Mpps, 46 Gbit/s |
+//!
+//! End to end (`scripts/bench-datapath`, `uroce perf write_bw` 64 KiB messages between two
+//! namespaces on veth, pinned, median of 3): 3.99 Gbit/s without, 17.8 Gbit/s with GSO + GRO
+//! on both ends, at 0.89 instead of 3.93 CPU s/GB. So the CLI (`uroce perf`, `pingpong`,
+//! `demo`) turns both on unless told `--no-udp-gso` / `--no-udp-gro`.
 //!
 //! It helps (×1.8 with GSO, ×3–6 with GSO + GRO), so [`UdpOptions::gso`] and
 //! [`UdpOptions::gro`] are implemented: runs of up to 64 datagrams to one destination with the
@@ -88,8 +93,11 @@
 //!   a NIC whose hardware USO numbered segments differently would break them;
 //! * over veth the super-datagram crosses into the peer namespace unsegmented: a kernel
 //!   socket segments it on receive (this backend: tested; rxe's tunnel socket should, by
-//!   `udp_unexpected_gso`: not tested), but **an AF_XDP peer in generic XDP mode would see one
-//!   oversized frame**. Enable GSO only toward kernel-socket peers;
+//!   `udp_unexpected_gso`: not tested). An AF_XDP peer with *native* XDP on veth is safe:
+//!   attaching native XDP strips `NETIF_F_GSO_SOFTWARE` from the veth peer, so the kernel
+//!   segments before the veth (tested: `uroce perf` udp+GSO -> xdp, 128 000 frames, every ICRC
+//!   good). **An AF_XDP peer in generic XDP mode on veth would see one oversized frame**;
+//!   on a real NIC the segments are cut before the wire;
 //! * the receiver must recover the segment IDs, so a GSO peer over IPv4 needs
 //!   [`UdpOptions::recover_ipv4_id`] on the receiving side.
 //!
