@@ -314,6 +314,16 @@ impl BridgePort {
             ip(&["-n", ns, "addr", "add", &format!("{v6}/64"), "dev", ifname, "nodad"])?;
         }
         ip(&["-n", ns, "link", "set", "dev", ifname, "up"])?;
+        // Like a NIC without UDP segmentation offload: the kernel cuts a UDP GSO batch (the udp
+        // backend's default) into wire frames before this veth, so a capture on the bridge
+        // holds real frames, each with its own ICRC, and not 64 KB super-datagrams.
+        let o = Command::new("ip")
+            .args(["netns", "exec", ns, "ethtool", "-K", ifname, "tx-udp-segmentation", "off"])
+            .output()
+            .context("ethtool (Debian package ethtool)")?;
+        if !o.status.success() {
+            bail!("ethtool -K {ifname} tx-udp-segmentation off: {}", String::from_utf8_lossy(&o.stderr).trim());
+        }
         Ok(port)
     }
 }
