@@ -61,10 +61,10 @@ pub(crate) unsafe fn crc_masked(init: u32, data: &[u8], masks: &[u128]) -> Optio
         return None;
     }
     let k3k4 = arch::_mm_set_epi64x(K4, K3);
-    let (blocks, _) = data[..head].as_chunks::<16>();
-    let mut x = arch::_mm_xor_si128(load_or(&blocks[0], masks[0]), arch::_mm_cvtsi32_si128(!init as i32));
-    for i in 1..masks.len().min(blocks.len()) {
-        x = reduce128(x, load_or(&blocks[i], masks[i]), k3k4);
+    let block = |i: usize| data.get(i * 16..).and_then(|d| d.first_chunk::<16>());
+    let mut x = arch::_mm_xor_si128(load_or(block(0)?, masks[0]), arch::_mm_cvtsi32_si128(!init as i32));
+    for (i, &m) in masks.iter().enumerate().skip(1) {
+        x = reduce128(x, load_or(block(i)?, m), k3k4);
     }
     let rest = &data[head..];
     if rest.len() >= 128 {
@@ -100,11 +100,13 @@ unsafe fn reduce128(a: arch::__m128i, b: arch::__m128i, keys: arch::__m128i) -> 
 #[target_feature(enable = "pclmulqdq", enable = "sse2", enable = "sse4.1", enable = "ssse3")]
 unsafe fn reduce_to_crc(mut x: arch::__m128i, data: &[u8]) -> u32 {
     let k3k4 = arch::_mm_set_epi64x(K4, K3);
-    let (blocks, tail) = data.as_chunks::<16>();
-    for b in blocks {
-        x = reduce128(x, load_or(b, 0), k3k4);
+    let mut blocks = data.chunks_exact(16);
+    for b in &mut blocks {
+        if let Some(b) = b.first_chunk::<16>() {
+            x = reduce128(x, load_or(b, 0), k3k4);
+        }
     }
-    let data = tail;
+    let data = blocks.remainder();
     // A final partial block of n (1..=15) bytes: the accumulator's last n bytes are shifted out
     // and folded back by 128 bits, the rest shifted down to make room for the new bytes.
     let n = data.len();
