@@ -12,6 +12,9 @@
 //!   guest); 4096 over the kernel-UDP backend; 4096 with IPv6 GIDs (ULA addresses; the TCP
 //!   exchange to a stock server still goes over IPv4: it binds the first `getaddrinfo(NULL,
 //!   AI_PASSIVE)` result, 0.0.0.0, and is not reachable over IPv6).
+//! * under loss, data still checked: 4096 B x 200 with nftables on the bridge dropping 1 % and
+//!   then 5 % of the RoCE frames each way and duplicating 1 %, plus 1 % reordering by uroce's
+//!   injector (rxe's ACK of uroce-as-server's last reply is spared: see `Bench::run`).
 //! * Checked per run: both sides exit 0; both print rc_pingpong's `local address` / `remote
 //!   address` lines, and each one's remote is the other's local (QPN, PSN, GID); both print
 //!   `size * iters * 2 bytes in ...` and `iters iters in ...`; nobody prints `invalid data`
@@ -70,18 +73,22 @@ struct Case {
     v6: bool,
     /// Flip page-start byte 0 of the uroce client's last message (the check must fire).
     corrupt_last: bool,
+    /// Drop this many percent of the RoCE frames on the bridge, both ways (plus 1 %
+    /// duplication there and 1 % reordering by uroce's injector); 0: a clean path.
+    loss: u32,
 }
 
 impl Case {
     fn label(&self) -> String {
         format!(
-            "{} {}B n{} {} {}{}",
+            "{} {}B n{} {} {}{}{}",
             if self.dir == Dir::UroceClient { "uroce->stock-server" } else { "stock->uroce-server" },
             self.size,
             self.iters,
             self.backend,
             if self.v6 { "ipv6" } else { "ipv4" },
-            if self.corrupt_last { " corrupt-last" } else { "" }
+            if self.corrupt_last { " corrupt-last" } else { "" },
+            if self.loss > 0 { format!(" loss{}%", self.loss) } else { String::new() }
         )
     }
 }
@@ -205,6 +212,9 @@ impl Bench {
         if c.corrupt_last {
             a.extend(["--debug-corrupt-send".into(), format!("{}@0", c.iters)]);
         }
+        if c.loss > 0 {
+            a.extend(["--inject".into(), format!("reorder=0.01,seed={}", self.seq)]);
+        }
         if c.dir == Dir::UroceClient {
             // The stock server listens on IPv4 only (it binds the first `getaddrinfo(NULL,
             // AI_PASSIVE)` result, 0.0.0.0): the exchange goes over IPv4 whatever the GIDs.
@@ -218,6 +228,19 @@ impl Bench {
         self.seq += 1;
         let pcap = self.dir.join(format!("{:02}.pcap", self.seq));
         let cap = self.lab.capture(&pcap, "udp port 4791").map_err(|e| format!("capture: {e}"))?;
+        let fault_ports = [self.guest.tap().to_string(), self.port.bridge_side.clone()];
+        if c.loss > 0 {
+            // With uroce as the server, rxe's ACK of uroce's last reply is spared: rc_pingpong's
+            // client exits once it has that reply, so a lost ACK could never be repeated and no
+            // server can tell (rc_pingpong would hang on rxe, fail on ConnectX). Everything else
+            // is dropped at random, ACKs included (uroce as the client copes with losing the
+            // last one: `uroce::pingpong::PEER_GONE_GRACE`).
+            let spare = (c.dir == Dir::GuestClient).then_some(fault_ports[0].as_str());
+            ix::set_faults_sparing_acks(self.lab.netns(), [&fault_ports[0], &fault_ports[1]], c.loss, 1, spare)?;
+        } else {
+            // a failed lossy run returns early: its rules must not outlive it
+            ix::clear_faults(self.lab.netns())?;
+        }
         let args = self.uroce_args(c);
         let mut argv: Vec<&str> = vec![ix::BIN];
         argv.extend(args.iter().map(String::as_str));
@@ -259,6 +282,14 @@ impl Bench {
             }
         };
         let wall = t0.elapsed();
+        let mut faults = String::new();
+        if c.loss > 0 {
+            for (p, d, u) in ix::fault_counts(self.lab.netns()) {
+                let who = if p == fault_ports[0] { "from-rxe" } else { "from-uroce" };
+                faults += &format!("{who}: dropped {d} duplicated {u}; ");
+            }
+            ix::clear_faults(self.lab.netns())?;
+        }
         let stats = cap.stop().map_err(|e| format!("capture stop: {e}"))?;
         let (stock_out, stock_rc) = sections(&console);
         let diag = |what: String| -> String {
@@ -300,7 +331,7 @@ impl Bench {
         // Every frame in the capture must decode the same in uroce and tshark; if tcpdump lost
         // some (a loaded machine), the file cannot hold them all, so the count is not checked.
         let packets = c.size.div_ceil(1024).max(1);
-        let min = if stats.dropped_by_kernel == 0 { 2 * c.iters as u64 * packets } else { 1 };
+        let min = if stats.dropped_by_kernel == 0 && c.loss == 0 { 2 * c.iters as u64 * packets } else { 1 };
         let check = ix::check_capture(&pcap, min).map_err(|e| diag(format!("capture: {e}")))?;
         let _ = std::fs::remove_file(&pcap);
         let parsed = pp::parse(client).map_err(diag)?;
@@ -314,7 +345,7 @@ impl Bench {
         );
         Ok(format!(
             "{:.1}s wall; client: {} bytes in {:.2} s = {:.2} Mbit/sec, {:.2} usec/iter; {} RoCE frames [{}]{}; \
-             uroce retransmitted {}",
+             uroce retransmitted {}{}",
             wall.as_secs_f64(),
             parsed.bytes,
             parsed.secs,
@@ -327,7 +358,15 @@ impl Bench {
             } else {
                 format!(" (tcpdump dropped {})", stats.dropped_by_kernel)
             },
-            ctr.get("engine.retransmitted_pkts").copied().unwrap_or(0)
+            ctr.get("engine.retransmitted_pkts").copied().unwrap_or(0),
+            if c.loss > 0 {
+                let k =
+                    ["engine.rcvd_seq_err", "engine.out_of_sequence", "engine.duplicate_request", "inject.reordered"];
+                let more: Vec<String> = k.iter().filter_map(|k| ctr.get(*k).map(|v| format!("{k}={v}"))).collect();
+                format!("; {} bridge {faults}", more.join(" "))
+            } else {
+                String::new()
+            }
         ))
     }
 }
@@ -340,9 +379,14 @@ fn pingpong(flavour: Flavour) {
     let filter = std::env::var("UROCE_PP_FILTER").ok().filter(|s| !s.is_empty());
     let mut cases = Vec::new();
     for dir in [Dir::UroceClient, Dir::GuestClient] {
-        let case = |size, backend, v6| Case { dir, size, iters, backend, v6, corrupt_last: false };
+        let case = |size, backend, v6| Case { dir, size, iters, backend, v6, corrupt_last: false, loss: 0 };
         cases.extend([case(1, "xdp", false), case(4096, "xdp", false), case(9001, "xdp", false)]);
         cases.extend([case(4096, "udp", false), case(4096, "xdp", true)]);
+        // Data checked under loss: 1 % and 5 % drops + 1 % duplication on the bridge, 1 %
+        // reordering into uroce; both Go-Back-N implementations must recover every message.
+        for loss in [1, 5] {
+            cases.push(Case { iters: iters.min(200), loss, ..case(4096, "xdp", false) });
+        }
     }
     cases.push(Case {
         dir: Dir::UroceClient,
@@ -351,6 +395,7 @@ fn pingpong(flavour: Flavour) {
         backend: "xdp",
         v6: false,
         corrupt_last: true,
+        loss: 0,
     });
     let mut failures = Vec::new();
     let mut passed = 0;

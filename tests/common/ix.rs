@@ -370,11 +370,25 @@ pub fn kv(m: &BTreeMap<String, u64>) -> String {
 /// the copy leaves straight out of the other port (as `uroce::netns::NetPair::set_faults`:
 /// the bridge family cannot `dup`). Replaces earlier rules; counters start at 0.
 pub fn set_faults(ns: &str, ports: [&str; 2], drop_pct: u32, dup_pct: u32) -> Result<(), String> {
+    set_faults_sparing_acks(ns, ports, drop_pct, dup_pct, None)
+}
+
+/// [`set_faults`], except that ACKs (BTH opcode 0x11, the first byte of the UDP payload)
+/// entering through `spare_acks_from` are never dropped.
+pub fn set_faults_sparing_acks(
+    ns: &str,
+    ports: [&str; 2],
+    drop_pct: u32,
+    dup_pct: u32,
+    spare_acks_from: Option<&str>,
+) -> Result<(), String> {
     let mut rules = String::from("table netdev uroce_ix\ndelete table netdev uroce_ix\ntable netdev uroce_ix {\n");
     for (i, o) in [(ports[0], ports[1]), (ports[1], ports[0])] {
         rules += &format!(" chain in_{i} {{\n  type filter hook ingress device \"{i}\" priority 0; policy accept;\n");
         if drop_pct > 0 {
-            rules += &format!("  udp dport 4791 numgen random mod 100 < {drop_pct} counter drop comment \"drop\"\n");
+            let spare = if spare_acks_from == Some(i) { "@ih,0,8 != 0x11 " } else { "" };
+            rules +=
+                &format!("  udp dport 4791 {spare}numgen random mod 100 < {drop_pct} counter drop comment \"drop\"\n");
         }
         if dup_pct > 0 {
             rules +=
