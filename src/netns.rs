@@ -90,12 +90,14 @@ pub struct PairConfig {
     pub subnet: u8,
     /// Put a bridge namespace with nftables in the middle (needed for [`PathFaults`]).
     pub bridged: bool,
+    /// Receive and transmit queues of each veth end of a direct pair (1 = the default).
+    pub queues: u32,
 }
 
 impl PairConfig {
     /// A direct veth pair.
     pub fn new(tag: &str, mtu: u32) -> PairConfig {
-        PairConfig { tag: tag.into(), mtu, subnet: 77, bridged: false }
+        PairConfig { tag: tag.into(), mtu, subnet: 77, bridged: false, queues: 1 }
     }
 }
 
@@ -166,10 +168,12 @@ impl NetPair {
         let mtu = cfg.mtu.to_string();
         match &pair.mid {
             None => {
+                let q = cfg.queues.max(1).to_string();
                 #[rustfmt::skip]
                 ip(&["link", "add", "name", "a0", "address", &mac_str(pair.a.mac), "mtu", &mtu, "netns", &pair.a.ns,
+                     "numtxqueues", &q, "numrxqueues", &q,
                      "type", "veth", "peer", "name", "b0", "address", &mac_str(pair.b.mac), "mtu", &mtu,
-                     "netns", &pair.b.ns])?;
+                     "numtxqueues", &q, "numrxqueues", &q, "netns", &pair.b.ns])?;
             }
             Some(m) => {
                 #[rustfmt::skip]

@@ -60,6 +60,30 @@ pub trait Backend: Send {
         None
     }
 
+    /// Receive queues this backend serves (an AF_XDP socket each); a runtime may give every
+    /// queue its own progress thread ([`Backend::focus_queue`]).
+    fn queues(&self) -> usize {
+        1
+    }
+
+    /// From now on, `recv`, `send_with`, `flush` and `wait` use only queue `q` (`None`: all
+    /// queues, the default). Backends with one queue ignore it.
+    fn focus_queue(&mut self, _q: Option<usize>) {}
+
+    /// The descriptor of queue `q` alone (see [`Backend::raw_fd`]).
+    fn queue_fd(&self, q: usize) -> Option<std::os::fd::RawFd> {
+        if q == 0 {
+            self.raw_fd()
+        } else {
+            None
+        }
+    }
+
+    /// Frames received so far on each queue (empty: not counted per queue).
+    fn queue_rx_frames(&self) -> Vec<u64> {
+        Vec::new()
+    }
+
     /// The UDP source port every frame must carry, when the backend cannot choose it per QP
     /// (a kernel UDP socket sends from its bound port; the ICRC covers the port, so the engine
     /// must build frames with exactly this one).

@@ -56,6 +56,10 @@ pub struct XdpBackend {
     next_tx: usize,
     scratch: Vec<u8>,
     tx_chunk: usize,
+    /// Only this queue, when a per-queue progress thread drives the backend.
+    focus: Option<usize>,
+    /// Frames received per queue.
+    rx_frames: Vec<u64>,
 }
 
 impl XdpBackend {
@@ -96,6 +100,7 @@ impl XdpBackend {
             sockets.push(s);
         }
         let tx_chunk = sockets.first().map_or(0, |s| s.umem().tx_capacity() as usize);
+        let rx_frames = vec![0; sockets.len()];
         Ok(XdpBackend {
             sockets,
             steering,
@@ -103,6 +108,8 @@ impl XdpBackend {
             next_tx: 0,
             scratch: vec![0; MAX_FRAME],
             tx_chunk,
+            focus: None,
+            rx_frames,
         })
     }
 
@@ -127,7 +134,12 @@ impl Backend for XdpBackend {
 
     fn recv(&mut self, max: usize, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         let mut n = 0;
-        for s in &mut self.sockets {
+        let focus = self.focus;
+        for (q, s) in self.sockets.iter_mut().enumerate() {
+            if focus.is_some_and(|f| f != q) {
+                continue;
+            }
+            let before = n;
             let batch = s.recv(max.saturating_sub(n));
             for p in batch.iter() {
                 match p.data() {
@@ -145,6 +157,7 @@ impl Backend for XdpBackend {
                 }
                 n += 1;
             }
+            self.rx_frames[q] += (n - before) as u64;
         }
         Ok(n)
     }
@@ -154,7 +167,7 @@ impl Backend for XdpBackend {
         if qn == 0 {
             return Err(io::Error::other("no AF_XDP socket"));
         }
-        let i = self.next_tx % qn;
+        let i = self.focus.filter(|&q| q < qn).unwrap_or(self.next_tx % qn);
         let s = &mut self.sockets[i];
         let Some(mut frame) = s.tx_alloc() else {
             return Err(io::ErrorKind::WouldBlock.into());
@@ -208,7 +221,11 @@ impl Backend for XdpBackend {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        for s in &mut self.sockets {
+        let focus = self.focus;
+        for (q, s) in self.sockets.iter_mut().enumerate() {
+            if focus.is_some_and(|f| f != q) {
+                continue;
+            }
             s.tx_flush().map_err(xsk_io_error)?;
             s.reclaim();
         }
@@ -217,7 +234,7 @@ impl Backend for XdpBackend {
     }
 
     fn wait(&mut self, timeout: Duration) -> io::Result<()> {
-        match self.sockets.first() {
+        match self.sockets.get(self.focus.unwrap_or(0)) {
             Some(s) => s.wait_rx(Some(timeout)).map(|_| ()).map_err(xsk_io_error),
             None => {
                 std::thread::sleep(timeout);
@@ -229,6 +246,23 @@ impl Backend for XdpBackend {
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
         (self.sockets.len() == 1).then(|| self.sockets[0].as_fd().as_raw_fd())
+    }
+
+    fn queues(&self) -> usize {
+        self.sockets.len()
+    }
+
+    fn focus_queue(&mut self, q: Option<usize>) {
+        self.focus = q.filter(|&q| q < self.sockets.len());
+    }
+
+    fn queue_fd(&self, q: usize) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.sockets.get(q).map(|s| s.as_fd().as_raw_fd())
+    }
+
+    fn queue_rx_frames(&self) -> Vec<u64> {
+        self.rx_frames.clone()
     }
 }
 

@@ -5,7 +5,9 @@
 //! Two ways to drive a port:
 //! * run-to-completion: the application calls [`Port::poll`] (or [`Port::drive`]) itself, in
 //!   one thread, between its own work — no locks, the fastest path (`uroce perf` does this);
-//! * threaded: [`Runtime::start`] spawns a progress thread that busy-polls while there is work
+//! * threaded: [`Runtime::start`] spawns a progress thread per receive queue of the backend
+//!   (one per AF_XDP socket; the threads share the engine through one lock), which busy-polls
+//!   while there is work
 //!   and backs off (spin, then sleep on the backend's descriptor and a wake-up eventfd, never
 //!   longer than the next engine timer) when the device is idle, so an idle device does not
 //!   burn a core.

@@ -222,6 +222,30 @@ impl Port {
         self.backend.raw_fd()
     }
 
+    /// Receive queues the backend serves.
+    pub fn queues(&self) -> usize {
+        self.backend.queues()
+    }
+
+    /// The descriptor of receive queue `q`.
+    pub fn queue_fd(&self, q: usize) -> Option<std::os::fd::RawFd> {
+        self.backend.queue_fd(q)
+    }
+
+    /// Frames received on each queue (empty when the backend does not count per queue).
+    pub fn queue_rx_frames(&self) -> Vec<u64> {
+        self.backend.queue_rx_frames()
+    }
+
+    /// [`Port::poll`] with the backend's I/O restricted to receive queue `q` (its socket's
+    /// rings); the engine's work is the whole port's. A per-queue progress thread calls this.
+    pub fn poll_queue(&mut self, q: usize) -> std::io::Result<bool> {
+        self.backend.focus_queue(Some(q));
+        let r = self.poll();
+        self.backend.focus_queue(None);
+        r
+    }
+
     /// One round: receive a batch, fire due timers, transmit everything the engine has.
     /// Returns whether anything happened.
     pub fn poll(&mut self) -> std::io::Result<bool> {

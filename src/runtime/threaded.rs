@@ -1,4 +1,9 @@
-//! A port on its own progress thread.
+//! A port on its own progress threads: one per receive queue of the backend (an AF_XDP socket
+//! each on a multi-queue NIC), each servicing its queue's rings and sleeping on its socket.
+//! The threads share the port's engine through one lock: the I/O of each queue (ring
+//! servicing, wake-ups, fill-ring refills, transmit kicks) has its own thread, while engine
+//! work is serialized — parallel engine work needs QPs sharded across engines, which this
+//! layout leaves room for (a `Port` per shard).
 
 use super::Port;
 use crossbeam::queue::ArrayQueue;
@@ -13,7 +18,8 @@ use uroce_transport::{CqHandle, Device, WorkCompletion};
 struct Shared {
     port: Mutex<Port>,
     stop: AtomicBool,
-    wake: OwnedFd,
+    /// One wake-up eventfd per progress thread.
+    wakes: Vec<OwnedFd>,
     /// Completion queues the progress thread drains into lock-free queues.
     cqs: Mutex<HashMap<u32, Arc<ArrayQueue<WorkCompletion>>>>,
 }
@@ -21,9 +27,11 @@ struct Shared {
 impl Shared {
     fn kick(&self) {
         let one: u64 = 1;
-        // SAFETY: `wake` is an eventfd we own; writing 8 bytes from a valid u64 is its ABI.
-        // A failure (counter overflow, impossible here) only loses a wake-up, never memory.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        for w in &self.wakes {
+            // SAFETY: `w` is an eventfd we own; writing 8 bytes from a valid u64 is its ABI.
+            // A failure (counter overflow, impossible here) only loses a wake-up, never memory.
+            unsafe { libc::write(w.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Port> {
@@ -37,31 +45,47 @@ impl Shared {
 /// from a lock-free queue the progress thread fills.
 pub struct Runtime {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 /// Idle polls spent spinning before the progress thread sleeps.
 const SPIN_ROUNDS: u32 = 200;
 
 impl Runtime {
-    /// Start the progress thread.
+    /// Start the progress threads: one per receive queue of the port's backend.
     pub fn start(port: Port) -> std::io::Result<Runtime> {
-        // SAFETY: plain syscall; the returned descriptor is checked and then owned.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
+        let n = port.queues().max(1);
+        let mut wakes = Vec::with_capacity(n);
+        for _ in 0..n {
+            // SAFETY: plain syscall; the returned descriptor is checked and then owned.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: `fd` is a fresh descriptor nobody else owns.
+            wakes.push(unsafe { OwnedFd::from_raw_fd(fd) });
         }
-        // SAFETY: `fd` is a fresh descriptor nobody else owns.
-        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
         let shared = Arc::new(Shared {
             port: Mutex::new(port),
             stop: AtomicBool::new(false),
-            wake,
+            wakes,
             cqs: Mutex::new(HashMap::new()),
         });
-        let s = shared.clone();
-        let thread = std::thread::Builder::new().name("uroce-progress".into()).spawn(move || progress(&s))?;
-        Ok(Runtime { shared, thread: Some(thread) })
+        let mut rt = Runtime { shared, threads: Vec::with_capacity(n) };
+        for q in 0..n {
+            let s = rt.shared.clone();
+            let queue = (n > 1).then_some(q);
+            let t = std::thread::Builder::new()
+                .name(format!("uroce-progress-q{q}"))
+                .spawn(move || progress(&s, queue, q))?;
+            rt.threads.push(t);
+        }
+        Ok(rt)
+    }
+
+    /// Progress threads running (one per receive queue).
+    pub fn progress_threads(&self) -> usize {
+        self.threads.len()
     }
 
     /// Run `f` on the engine (a short lock), then wake the progress thread so work it posted
@@ -119,7 +143,7 @@ impl Runtime {
     fn halt(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.kick();
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -131,13 +155,19 @@ impl Drop for Runtime {
     }
 }
 
-fn progress(s: &Shared) {
+/// The loop of one progress thread: `queue` is the receive queue it serves (`None`: the
+/// port's only thread, serving everything); `wake` indexes its eventfd.
+fn progress(s: &Shared, queue: Option<usize>, wake: usize) {
     let mut idle = 0u32;
     let mut buf = [WorkCompletion::default(); 64];
     while !s.stop.load(Ordering::Acquire) {
         let (work, sleep, fd) = {
             let mut p = s.lock();
-            let work = match p.poll() {
+            let polled = match queue {
+                Some(q) => p.poll_queue(q),
+                None => p.poll(),
+            };
+            let work = match polled {
                 Ok(w) => w,
                 Err(e) => {
                     tracing::error!(%e, "port I/O error");
@@ -160,7 +190,10 @@ fn progress(s: &Shared) {
             }
             // With a descriptor to wait on (arrivals wake us; posted work kicks the eventfd),
             // sleep until the next engine timer, at most 100 ms; without one, poll every 1 ms.
-            let fd = p.raw_fd();
+            let fd = match queue {
+                Some(q) => p.queue_fd(q),
+                None => p.raw_fd(),
+            };
             let cap = if fd.is_some() { Duration::from_millis(100) } else { Duration::from_millis(1) };
             (work, p.idle_timeout(cap), fd)
         };
@@ -173,7 +206,7 @@ fn progress(s: &Shared) {
             std::hint::spin_loop();
             continue;
         }
-        wait(fd, s.wake.as_raw_fd(), sleep);
+        wait(fd, s.wakes[wake].as_raw_fd(), sleep);
     }
 }
 
