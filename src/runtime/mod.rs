@@ -1,16 +1,15 @@
 //! The runtime: a [`Port`] owns one engine ([`uroce_transport::Device`]) and one I/O backend
-//! and moves frames between them; a [`Runtime`] runs a port's progress loop on its own thread
+//! and moves frames between them; a [`Runtime`] runs a port's progress loop on its own threads
 //! so application threads can post work and poll completions.
 //!
 //! Two ways to drive a port:
 //! * run-to-completion: the application calls [`Port::poll`] (or [`Port::drive`]) itself, in
 //!   one thread, between its own work — no locks, the fastest path (`uroce perf` does this);
 //! * threaded: [`Runtime::start`] spawns a progress thread per receive queue of the backend
-//!   (one per AF_XDP socket; the threads share the engine through one lock), which busy-polls
-//!   while there is work
-//!   and backs off (spin, then sleep on the backend's descriptor and a wake-up eventfd, never
-//!   longer than the next engine timer) when the device is idle, so an idle device does not
-//!   burn a core.
+//!   (one per AF_XDP socket; the threads share the engine through one lock), each of which
+//!   busy-polls while there is work and backs off (spin, then sleep on its queue's descriptor
+//!   and a wake-up eventfd, never longer than the next engine timer) when the device is idle,
+//!   so an idle device does not burn a core.
 
 mod port;
 mod threaded;
