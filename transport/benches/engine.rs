@@ -8,89 +8,8 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::{Duration, Instant as StdInstant};
-use uroce_transport::sim::setup::*;
-use uroce_transport::sim::{LinkConfig, Network};
+use uroce_transport::sim::b2b::BackToBack;
 use uroce_transport::*;
-
-struct B2b {
-    a: Device,
-    b: Device,
-    qa: QpEnd,
-    qb: QpEnd,
-    src: MrInfo,
-    dst: MrInfo,
-    buf: Vec<u8>,
-    posted: u64,
-    done: u64,
-}
-
-fn setup(mtu: Mtu, size: usize) -> B2b {
-    let mut net = Network::new(1, LinkConfig::default());
-    net.add(device(1, 1));
-    net.add(device(2, 1));
-    let cap = QpCap { max_send_wr: 256, max_recv_wr: 1024, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let o = QpOptions { mtu, cap, ..Default::default() };
-    let (qa, qb) = connect(&mut net, 0, 1, &o).unwrap();
-    let src = reg(&mut net, 0, qa.pd, size.max(64), ALL_ACCESS, |i| i as u8);
-    let dst = reg(&mut net, 1, qb.pd, size.max(64), ALL_ACCESS, |_| 0);
-    let mut d = net.into_devices().into_iter();
-    let (a, b) = (d.next().unwrap(), d.next().unwrap());
-    B2b { a, b, qa, qb, src, dst, buf: vec![0u8; 9216], posted: 0, done: 0 }
-}
-
-impl B2b {
-    /// Run `msgs` messages of `size` bytes with `op`, at most 64 outstanding, every 16th signaled.
-    fn run(&mut self, op: WrOpcode, size: usize, msgs: u64) {
-        let now = Instant::ZERO;
-        let target = self.posted + msgs;
-        let mut wc = [WorkCompletion::default(); 32];
-        if op == WrOpcode::Send {
-            while self.b.qp(self.qb.qpn).map_or(0, |_| 0) == 1 {}
-        }
-        while self.done < target {
-            while self.posted < target && self.posted - self.done < 64 {
-                if op == WrOpcode::Send {
-                    let r = [Sge { addr: self.dst.addr, length: size as u32, lkey: self.dst.lkey }];
-                    self.b.post_recv(self.qb.qpn, &RecvWr { wr_id: self.posted, sg_list: &r }).unwrap();
-                }
-                let s = [Sge { addr: self.src.addr, length: size as u32, lkey: self.src.lkey }];
-                let flags = if self.posted % 16 == 15 || self.posted + 1 == target {
-                    SendFlags::SIGNALED
-                } else {
-                    SendFlags::NONE
-                };
-                let wr = SendWr {
-                    wr_id: self.posted,
-                    opcode: op,
-                    sg_list: &s,
-                    send_flags: flags,
-                    remote_addr: self.dst.addr,
-                    rkey: self.dst.rkey,
-                    ..Default::default()
-                };
-                self.a.post_send(self.qa.qpn, &wr).unwrap();
-                self.posted += 1;
-            }
-            while let Some(n) = self.a.poll_transmit(now, &mut self.buf) {
-                let _ = self.b.handle_frame(now, &self.buf[..n]);
-            }
-            while let Some(n) = self.b.poll_transmit(now, &mut self.buf) {
-                let _ = self.a.handle_frame(now, &self.buf[..n]);
-            }
-            loop {
-                let n = self.a.poll_cq(self.qa.cq, &mut wc).unwrap();
-                for w in &wc[..n] {
-                    assert_eq!(w.status, WcStatus::Success);
-                    self.done = w.wr_id + 1;
-                }
-                if n < wc.len() {
-                    break;
-                }
-            }
-            while self.b.poll_cq(self.qb.cq, &mut wc).unwrap() == wc.len() {}
-        }
-    }
-}
 
 /// The baseline: copy `bytes` once and CRC them once, per packet of `pkt` bytes.
 fn copy_crc(src: &[u8], dst: &mut [u8], pkt: usize) -> u32 {
@@ -109,11 +28,12 @@ fn bench(c: &mut Criterion) {
 
     // 1 MiB RDMA WRITEs at 4096 MTU: payload throughput.
     g.throughput(Throughput::Bytes(MIB as u64));
-    let mut w = setup(Mtu::Mtu4096, MIB);
+    // At most 64 outstanding, every 16th signaled.
+    let mut w = BackToBack::new(Mtu::Mtu4096, MIB);
     g.bench_function("write_1MiB_mtu4096", |b| {
         b.iter_custom(|iters| {
             let t = StdInstant::now();
-            w.run(WrOpcode::RdmaWrite, MIB, iters);
+            w.run(WrOpcode::RdmaWrite, MIB, iters, 64, 16);
             t.elapsed()
         })
     });
@@ -126,11 +46,11 @@ fn bench(c: &mut Criterion) {
     // 64-byte messages: packets (= messages) per second.
     g.throughput(Throughput::Elements(1));
     for op in [WrOpcode::RdmaWrite, WrOpcode::Send] {
-        let mut s = setup(Mtu::Mtu1024, 64);
+        let mut s = BackToBack::new(Mtu::Mtu1024, 64);
         g.bench_function(format!("{op:?}_64B"), |b| {
             b.iter_custom(|iters| {
                 let t = StdInstant::now();
-                s.run(op, 64, iters);
+                s.run(op, 64, iters, 64, 16);
                 t.elapsed()
             })
         });

@@ -7,6 +7,7 @@
 //! delivers it. [`Network::run_until`] bounds the number of steps, so a livelock shows up as
 //! a test failure instead of a hang. Frames can be tapped (e.g. into a pcap).
 
+pub mod b2b;
 pub mod setup;
 pub mod soak;
 
