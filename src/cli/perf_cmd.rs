@@ -29,6 +29,45 @@ pub enum XdpModeArg {
     Copy,
 }
 
+/// The I/O backend options `uroce perf` and `uroce pingpong` share.
+#[derive(clap::Args, Debug)]
+pub struct BackendArgs {
+    /// I/O backend.
+    #[arg(long, value_enum, default_value = "xdp")]
+    backend: BackendArg,
+    /// UDP port the udp backend binds (4791 unless two instances share an address).
+    #[arg(long, default_value_t = 4791)]
+    udp_port: u16,
+    /// udp backend: do not batch equal-size frames with UDP GSO (on by default: 4x the
+    /// throughput on veth; see `io::udp`).
+    #[arg(long)]
+    no_udp_gso: bool,
+    /// udp backend: do not accept GRO-coalesced datagrams (on by default).
+    #[arg(long)]
+    no_udp_gro: bool,
+    /// AF_XDP bind mode.
+    #[arg(long, value_enum, default_value = "auto")]
+    xdp_mode: XdpModeArg,
+}
+
+impl BackendArgs {
+    /// The runtime's backend choice.
+    pub fn kind(&self) -> BackendKind {
+        match self.backend {
+            BackendArg::Udp => BackendKind::Udp { port: self.udp_port, gso: !self.no_udp_gso, gro: !self.no_udp_gro },
+            BackendArg::Xdp => {
+                use crate::io::xsk::BindMode;
+                let bind = match self.xdp_mode {
+                    XdpModeArg::Auto => BindMode::Auto,
+                    XdpModeArg::ZeroCopy => BindMode::ZeroCopy,
+                    XdpModeArg::Copy => BindMode::Copy,
+                };
+                BackendKind::Xdp(crate::io::xdp::XdpOptions { bind, ..Default::default() })
+            }
+        }
+    }
+}
+
 /// perftest's flags (same letters and long names) plus uroce's own.
 #[derive(clap::Args, Debug)]
 pub struct PerfArgs {
@@ -91,22 +130,8 @@ pub struct PerfArgs {
     /// perftest's RDMA-CM connection (-R) is not supported yet.
     #[arg(short = 'R', long = "rdma_cm")]
     rdma_cm: bool,
-    /// I/O backend.
-    #[arg(long, value_enum, default_value = "xdp")]
-    backend: BackendArg,
-    /// UDP port the udp backend binds (4791 unless two instances share an address).
-    #[arg(long, default_value_t = 4791)]
-    udp_port: u16,
-    /// udp backend: do not batch equal-size frames with UDP GSO (on by default: 4x the
-    /// throughput on veth; see `io::udp`).
-    #[arg(long)]
-    no_udp_gso: bool,
-    /// udp backend: do not accept GRO-coalesced datagrams (on by default).
-    #[arg(long)]
-    no_udp_gro: bool,
-    /// AF_XDP bind mode.
-    #[arg(long, value_enum, default_value = "auto")]
-    xdp_mode: XdpModeArg,
+    #[command(flatten)]
+    io: BackendArgs,
     /// Local IP address (instead of -d/-x); with the udp backend no interface is needed.
     #[arg(long)]
     local_ip: Option<IpAddr>,
@@ -184,18 +209,7 @@ pub fn config(a: &PerfArgs) -> Result<PerfConfig> {
     }
     c.tclass = a.tos;
     c.atomic = a.atomic;
-    c.backend = match a.backend {
-        BackendArg::Udp => BackendKind::Udp { port: a.udp_port, gso: !a.no_udp_gso, gro: !a.no_udp_gro },
-        BackendArg::Xdp => {
-            use crate::io::xsk::BindMode;
-            let bind = match a.xdp_mode {
-                XdpModeArg::Auto => BindMode::Auto,
-                XdpModeArg::ZeroCopy => BindMode::ZeroCopy,
-                XdpModeArg::Copy => BindMode::Copy,
-            };
-            BackendKind::Xdp(crate::io::xdp::XdpOptions { bind, ..Default::default() })
-        }
-    };
+    c.backend = a.io.kind();
     c.pcap = a.pcap.clone();
     c.inject = a.inject.clone();
     if let Some(s) = a.seed {

@@ -8,9 +8,8 @@
 //! Exit status: 0 on success; 1 when the run fails (a completion error, invalid data under
 //! `-c`, a refused option), as rc_pingpong returns 1.
 
-use super::perf_cmd::{BackendArg, XdpModeArg};
+use super::perf_cmd::BackendArgs;
 use crate::pingpong::{self, PingpongConfig};
-use crate::runtime::BackendKind;
 use anyhow::{bail, Result};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -96,15 +95,8 @@ pub struct PingpongArgs {
     /// Allow unprotected memory on CoCo guests (accepted; nothing to do).
     #[arg(short = 'U', long = "allow-cc-unprotected")]
     allow_cc_unprotected: bool,
-    /// I/O backend.
-    #[arg(long, value_enum, default_value = "xdp")]
-    backend: BackendArg,
-    /// UDP port the udp backend binds (4791 unless two instances share an address).
-    #[arg(long, default_value_t = 4791)]
-    udp_port: u16,
-    /// AF_XDP bind mode.
-    #[arg(long, value_enum, default_value = "auto")]
-    xdp_mode: XdpModeArg,
+    #[command(flatten)]
+    io: BackendArgs,
     /// Local IP address (instead of -d/-g); with the udp backend no interface is needed.
     #[arg(long)]
     local_ip: Option<IpAddr>,
@@ -194,18 +186,7 @@ pub fn config(a: &PingpongArgs) -> Result<PingpongConfig> {
         sl: a.sl as u8,
         validate: a.chk,
         events: a.events,
-        backend: match a.backend {
-            BackendArg::Udp => BackendKind::Udp { port: a.udp_port, gso: true, gro: true },
-            BackendArg::Xdp => {
-                use crate::io::xsk::BindMode;
-                let bind = match a.xdp_mode {
-                    XdpModeArg::Auto => BindMode::Auto,
-                    XdpModeArg::ZeroCopy => BindMode::ZeroCopy,
-                    XdpModeArg::Copy => BindMode::Copy,
-                };
-                BackendKind::Xdp(crate::io::xdp::XdpOptions { bind, ..Default::default() })
-            }
-        },
+        backend: a.io.kind(),
         pcap: a.pcap.clone(),
         inject: a.inject.clone(),
         connect_timeout: Duration::from_secs(a.connect_timeout),
