@@ -113,8 +113,8 @@ pub enum Ipv4Ident {
 /// The headers of every frame a QP sends, fixed when its path is set.
 #[derive(Clone, Debug)]
 pub(crate) struct FrameTemplate {
-    frame: FrameRepr,
-    csum: UdpChecksum,
+    /// The rendered headers, stamped into every frame.
+    hdr: HeaderTemplate,
     pub(crate) peer: IpAddr,
     pub(crate) local: IpAddr,
     /// Slot of this (source, destination) pair's IPv4 identification counter in
@@ -203,46 +203,36 @@ impl FrameTemplate {
                 payload_len: 0,
             },
         };
-        Ok(FrameTemplate { frame, csum: cfg.udp_checksum, peer, local, ident: None })
+        let hdr = HeaderTemplate::new(&frame.eth, &frame.ip, &frame.udp, &frame.roce.bth, cfg.udp_checksum)
+            .map_err(|_| VerbsError::InvalidArgument("address vector"))?;
+        Ok(FrameTemplate { hdr, peer, local, ident: None })
     }
 
-    /// The transport part of a packet of this QP.
-    pub(crate) fn roce(
-        &self,
-        opcode: Opcode,
-        psn: Psn,
-        ack_req: bool,
-        solicited: bool,
-        ext: ExtHeaders,
-        payload_len: usize,
-    ) -> RoceRepr {
-        let mut bth = self.frame.roce.bth;
-        bth.opcode = opcode;
-        bth.psn = psn;
-        bth.ack_req = ack_req;
-        bth.solicited = solicited;
-        bth.pad_count = packet::pad_for(payload_len);
-        RoceRepr { bth, ext, payload_len }
-    }
-
-    /// Emit a whole frame; `fill` writes the payload in place.
+    /// Emit a whole frame of this QP (headers from the template, the BTH fields and extension
+    /// headers given); `fill` writes the payload in place.
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     pub(crate) fn emit(
         &self,
         buf: &mut [u8],
-        roce: &RoceRepr,
         idents: &mut [u16],
+        opcode: Opcode,
+        psn: Psn,
+        ack_req: bool,
+        solicited: bool,
+        ext: &ExtHeaders,
+        payload_len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Option<usize> {
-        let f = &self.frame;
-        match (self.ident.and_then(|i| idents.get_mut(i as usize)), &f.ip) {
-            (Some(c), IpRepr::V4(v4)) => {
-                let ip = IpRepr::V4(Ipv4Repr { ident: *c, ..*v4 });
+        let ident = match self.ident.and_then(|i| idents.get_mut(i as usize)) {
+            Some(c) => {
+                let v = *c;
                 *c = c.wrapping_add(1);
-                emit_frame(&f.eth, &ip, &f.udp, roce, buf, self.csum, fill).ok()
+                v
             }
-            _ => emit_frame(&f.eth, &f.ip, &f.udp, roce, buf, self.csum, fill).ok(),
-        }
+            None => 0,
+        };
+        self.hdr.emit(buf, ident, opcode, solicited, ack_req, psn, ext, payload_len, fill).ok()
     }
 }
 
@@ -745,27 +735,14 @@ impl Device {
 
     fn mark_ready(&mut self, qpn: u32) {
         if let Some(qp) = self.qps.get_mut(&qpn) {
-            if !qp.in_ready && qp.has_output() {
-                qp.in_ready = true;
-                self.ready.push_back(qpn);
-            }
+            mark_qp_ready(&mut self.ready, qp);
         }
     }
 
     /// Bring the device's timer set in line with what the QP wants.
     fn sync_timers(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get_mut(&qpn) else { return };
-        for (i, kind) in [TimerKind::Retransmit, TimerKind::Rnr].into_iter().enumerate() {
-            let want = qp.deadline(kind);
-            if qp.armed[i] != want {
-                if let Some(old) = qp.armed[i] {
-                    self.timers.remove(&(old, qpn, kind));
-                }
-                if let Some(new) = want {
-                    self.timers.insert((new, qpn, kind));
-                }
-                qp.armed[i] = want;
-            }
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            sync_qp_timers(&mut self.timers, qp);
         }
     }
 
@@ -815,7 +792,7 @@ impl Device {
             return Err(RxDrop::BadPkey);
         }
         let qpn = bth.dest_qp.value();
-        let Device { cfg, qps, mrs, cqs, counters, events, idents, .. } = self;
+        let Device { cfg, qps, mrs, cqs, counters, events, idents, timers, ready, .. } = self;
         let Some(qp) = qps.get_mut(&qpn) else {
             counters.dropped_unknown_qp += 1;
             return Err(RxDrop::UnknownQp(qpn));
@@ -840,8 +817,8 @@ impl Device {
         } else {
             qp.handle_response(&mut ctx, p);
         }
-        self.sync_timers(qpn);
-        self.mark_ready(qpn);
+        sync_qp_timers(timers, qp);
+        mark_qp_ready(ready, qp);
         Ok(())
     }
 
@@ -893,17 +870,45 @@ impl Device {
         let n = self.ready.len();
         for _ in 0..n {
             let qpn = self.ready.pop_front()?;
-            let Device { cfg, qps, mrs, cqs, counters, events, idents, .. } = self;
+            let Device { cfg, qps, mrs, cqs, counters, events, idents, timers, ready, .. } = self;
             let Some(qp) = qps.get_mut(&qpn) else { continue };
             qp.in_ready = false;
             let mut ctx = Ctx { now, cfg, mrs, cqs, counters, events, idents };
             let out = qp.poll_response(&mut ctx, buf).or_else(|| qp.poll_request(&mut ctx, buf));
-            self.sync_timers(qpn);
+            sync_qp_timers(timers, qp);
             if let Some(len) = out {
-                self.mark_ready(qpn);
+                mark_qp_ready(ready, qp);
                 return Some(len);
             }
         }
         None
+    }
+}
+
+/// Queue `qp` for [`Device::poll_transmit`] if it has something to send and is not queued.
+#[inline]
+fn mark_qp_ready(ready: &mut VecDeque<u32>, qp: &mut Qp) {
+    if !qp.in_ready && qp.has_output() {
+        qp.in_ready = true;
+        ready.push_back(qp.qpn.value());
+    }
+}
+
+/// Bring the device's timer set in line with what `qp` wants (no work when nothing changed,
+/// the common case on the per-packet path).
+#[inline]
+fn sync_qp_timers(timers: &mut BTreeSet<(Instant, u32, TimerKind)>, qp: &mut Qp) {
+    let qpn = qp.qpn.value();
+    for (i, kind) in [TimerKind::Retransmit, TimerKind::Rnr].into_iter().enumerate() {
+        let want = qp.deadline(kind);
+        if qp.armed[i] != want {
+            if let Some(old) = qp.armed[i] {
+                timers.remove(&(old, qpn, kind));
+            }
+            if let Some(new) = want {
+                timers.insert((new, qpn, kind));
+            }
+            qp.armed[i] = want;
+        }
     }
 }

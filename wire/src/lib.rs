@@ -32,6 +32,7 @@
 //! | [`psn`] | 24-bit PSN/MSN/QPN arithmetic |
 //! | [`packet`] | whole-frame parse ([`parse_frame`], [`parse_ip`]) and emit ([`FrameRepr`]) |
 //! | [`cnp`] | Congestion Notification Packets in the layout ConnectX emits |
+//! | [`template`] | per-flow header templates: the transmit path's copy-and-patch emit |
 #![cfg_attr(not(feature = "std"), no_std)]
 // No unsafe code, except the ICRC's PCLMULQDQ kernel (`icrc_clmul.rs`: CPU-feature intrinsics,
 // no memory-safety precondition; every load is from a bounds-checked 16-byte array).
@@ -53,6 +54,7 @@ pub mod opcode;
 pub mod packet;
 pub mod pretty;
 pub mod psn;
+pub mod template;
 pub mod udp;
 
 pub use aeth::{CreditCount, NakCode, RnrTimer, Syndrome};
@@ -69,6 +71,7 @@ pub use packet::{
     UdpChecksum,
 };
 pub use psn::{Msn, Psn, Qpn};
+pub use template::HeaderTemplate;
 pub use udp::{UdpPacket, UdpRepr, ROCE_V2_PORT};
 
 /// Bytes of the invariant CRC that ends every RoCEv2 UDP payload.

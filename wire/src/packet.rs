@@ -47,7 +47,7 @@ impl RoceRepr {
 
     /// Parse a UDP payload (BTH .. ICRC). `off` is the BTH's offset in the frame, for errors.
     /// Returns the repr and the payload's range within `b`.
-    #[inline]
+    #[inline(always)]
     pub fn parse(b: &[u8], off: usize) -> Result<(RoceRepr, core::ops::Range<usize>), Error> {
         let bth_view = BthHeader::new_checked(b).map_err(|_| Error::Truncated {
             layer: Layer::Bth,
@@ -213,7 +213,7 @@ impl<'a> ParsedFrame<'a> {
 /// Parse an Ethernet frame carrying RoCEv2. Checks every length, the IPv4 header checksum,
 /// the UDP port and the opcode; does not check the ICRC (see [`ParsedFrame::check_icrc`]).
 /// Trailing bytes after the IP packet (Ethernet padding) are ignored.
-#[inline]
+#[inline(always)]
 pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>, Error> {
     let eth = EthernetFrame::new_checked(frame)?;
     let repr = EthernetRepr::parse(&eth);
@@ -226,7 +226,7 @@ pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>, Error> {
 /// [`parse_frame`], then [`ParsedFrame::check_icrc`]. An ICRC mismatch is
 /// `Error::IcrcMismatch`. The ICRC check is skipped in fuzzing builds (`cfg(fuzzing)`), where it
 /// would stop the fuzzer from reaching anything behind it.
-#[inline]
+#[inline(always)]
 pub fn parse_frame_verified(frame: &[u8]) -> Result<ParsedFrame<'_>, Error> {
     let p = parse_frame(frame)?;
     if !cfg!(fuzzing) {
@@ -246,7 +246,7 @@ pub fn parse_ip(packet: &[u8]) -> Result<ParsedFrame<'_>, Error> {
     parse_at(packet, 0, t)
 }
 
-#[inline]
+#[inline(always)]
 fn parse_at(frame: &[u8], l3: usize, ethertype: EtherType) -> Result<ParsedFrame<'_>, Error> {
     let (ip, ip_hl, ip_payload_len) = match ethertype {
         EtherType::IPV4 => {
@@ -461,14 +461,19 @@ pub fn seal_ip(l3: &mut [u8], csum: UdpChecksum) -> Result<(), Error> {
     let c = icrc::compute(&l3[..body])?;
     l3[body..].copy_from_slice(&c.to_le_bytes());
     if csum == UdpChecksum::Compute {
-        let (src, dst, ip_hl) = if l3[0] >> 4 == 6 {
-            let p = Ipv6Packet::new_unchecked(&l3[..]);
-            (p.src_addr().into(), p.dst_addr().into(), crate::ipv6::HEADER_LEN)
-        } else {
-            let p = Ipv4Packet::new_unchecked(&l3[..]);
-            (p.src_addr().into(), p.dst_addr().into(), crate::ipv4::HEADER_LEN)
-        };
-        UdpPacket::new_unchecked(&mut l3[ip_hl..]).fill_checksum(src, dst);
+        finish_udp_checksum(l3);
     }
     Ok(())
+}
+
+/// Fill the UDP checksum of a complete IP packet whose ICRC is already in place.
+pub(crate) fn finish_udp_checksum(l3: &mut [u8]) {
+    let (src, dst, ip_hl) = if l3[0] >> 4 == 6 {
+        let p = Ipv6Packet::new_unchecked(&l3[..]);
+        (p.src_addr().into(), p.dst_addr().into(), crate::ipv6::HEADER_LEN)
+    } else {
+        let p = Ipv4Packet::new_unchecked(&l3[..]);
+        (p.src_addr().into(), p.dst_addr().into(), crate::ipv4::HEADER_LEN)
+    };
+    UdpPacket::new_unchecked(&mut l3[ip_hl..]).fill_checksum(src, dst);
 }

@@ -151,30 +151,41 @@ impl RecvWqe {
 }
 
 /// The send queue: a ring of preallocated slots; `head` is the oldest uncompleted WQE and
-/// `tail` the next free slot (free-running counters).
+/// `tail` the next free slot (free-running counters). The ring has a power-of-two number of
+/// slots (an index is a mask, not a division, on the per-packet path); `depth` WQEs fit.
 #[derive(Debug)]
 pub(crate) struct SendQueue {
     slots: Vec<SendWqe>,
+    mask: u64,
+    depth: usize,
     pub head: u64,
     pub tail: u64,
 }
 
 impl SendQueue {
     fn new(depth: usize, max_inline: usize) -> SendQueue {
-        SendQueue { slots: (0..depth).map(|_| SendWqe::empty(max_inline)).collect(), head: 0, tail: 0 }
+        let n = depth.max(1).next_power_of_two();
+        SendQueue {
+            slots: (0..n).map(|_| SendWqe::empty(max_inline)).collect(),
+            mask: n as u64 - 1,
+            depth,
+            head: 0,
+            tail: 0,
+        }
     }
     pub fn len(&self) -> usize {
         (self.tail - self.head) as usize
     }
     pub fn is_full(&self) -> bool {
-        self.len() == self.slots.len()
+        self.len() >= self.depth
     }
+    #[inline]
     pub fn get(&self, i: u64) -> &SendWqe {
-        &self.slots[(i % self.slots.len() as u64) as usize]
+        &self.slots[(i & self.mask) as usize]
     }
+    #[inline]
     pub fn get_mut(&mut self, i: u64) -> &mut SendWqe {
-        let n = self.slots.len() as u64;
-        &mut self.slots[(i % n) as usize]
+        &mut self.slots[(i & self.mask) as usize]
     }
 }
 

@@ -359,12 +359,13 @@ impl Qp {
         // packets and on the 66th packet without one (with the default interval of 64).
         let ack_req = end || self.req.noack_pkts > ctx.cfg.ack_req_interval;
         let solicited = end && w.flags.contains(SendFlags::SOLICITED);
-        let roce = tpl.roce(opcode, psn, ack_req, solicited, ext, payload_len);
         let src = Source { sges: w.sges(), inline: w.is_inline.then_some(&w.inline[..]) };
         let mut gather_ok = true;
         let mrs = &*ctx.mrs;
         let pd = self.pd;
-        let len = tpl.emit(buf, &roce, ctx.idents, |p| gather_ok = gather(mrs, pd, &src, off as u64, p).is_ok())?;
+        let len = tpl.emit(buf, ctx.idents, opcode, psn, ack_req, solicited, &ext, payload_len, |p| {
+            gather_ok = gather(mrs, pd, &src, off as u64, p).is_ok()
+        })?;
         if !gather_ok {
             return None;
         }

@@ -608,11 +608,10 @@ impl Qp {
                 (opcode, psn, n as usize, Some((va + off as u64, rkey)))
             }
         };
-        let roce = tpl.roce(opcode, psn, false, false, ext, payload_len);
         let pd = self.pd;
         let mut ok = true;
         let mrs = &*ctx.mrs;
-        let len = tpl.emit(buf, &roce, ctx.idents, |b| {
+        let len = tpl.emit(buf, ctx.idents, opcode, psn, false, false, &ext, payload_len, |b| {
             if let Some((va, rkey)) = src {
                 // Re-read (and re-validate) the region for every response packet: it may have
                 // been deregistered since the request was accepted.
