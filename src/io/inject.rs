@@ -151,7 +151,7 @@ impl fmt::Display for Dur {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ns = self.0.as_nanos();
         for (scale, unit) in [(1_000_000_000u128, "s"), (1_000_000, "ms"), (1_000, "us")] {
-            if ns != 0 && ns % scale == 0 {
+            if ns != 0 && ns.is_multiple_of(scale) {
                 return write!(f, "{}{unit}", ns / scale);
             }
         }

@@ -298,7 +298,7 @@ impl Port {
             match r {
                 Ok(true) => {
                     sent += 1;
-                    if sent % 64 == 0 {
+                    if sent.is_multiple_of(64) {
                         link_down_ok(backend.flush(), stats)?;
                     }
                 }

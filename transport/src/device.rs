@@ -208,11 +208,12 @@ impl FrameTemplate {
         Ok(FrameTemplate { hdr, peer, local, ident: None })
     }
 
-    /// Emit a whole frame of this QP (headers from the template, the BTH fields and extension
-    /// headers given); `fill` writes the payload in place.
+    /// Emit a whole frame of this QP: headers from the template, the BTH fields and extension
+    /// headers given, the payload appended by `fill` through a [`PayloadWriter`] (copy and ICRC
+    /// in one pass for large payloads); `fill` returns `false` when it could not supply it.
     #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub(crate) fn emit(
+    pub(crate) fn emit_copy(
         &self,
         buf: &mut [u8],
         idents: &mut [u16],
@@ -222,17 +223,23 @@ impl FrameTemplate {
         solicited: bool,
         ext: &ExtHeaders,
         payload_len: usize,
-        fill: impl FnOnce(&mut [u8]),
+        fill: impl FnOnce(&mut PayloadWriter<'_>) -> bool,
     ) -> Option<usize> {
-        let ident = match self.ident.and_then(|i| idents.get_mut(i as usize)) {
+        let ident = self.next_ident(idents);
+        self.hdr.emit_copy(buf, ident, opcode, solicited, ack_req, psn, ext, payload_len, fill).ok()
+    }
+
+    /// The IPv4 identification of the next frame (and count it).
+    #[inline]
+    fn next_ident(&self, idents: &mut [u16]) -> u16 {
+        match self.ident.and_then(|i| idents.get_mut(i as usize)) {
             Some(c) => {
                 let v = *c;
                 *c = c.wrapping_add(1);
                 v
             }
             None => 0,
-        };
-        self.hdr.emit(buf, ident, opcode, solicited, ack_req, psn, ext, payload_len, fill).ok()
+        }
     }
 }
 

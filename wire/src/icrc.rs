@@ -99,6 +99,13 @@ pub fn compute(l3: &[u8]) -> Result<u32, Error> {
     if l3.len() >= 64 && clmul::available() {
         // 64 bytes hold the masked blocks of either prefix (IPv4: 3 blocks, IPv6: 4).
         let (m, chunks) = if l3[0] >> 4 == 6 { (&MASK_V6, 4) } else { (&MASK_V4, 3) };
+        if l3.len() >= 256 && clmul::wide_available() {
+            // SAFETY: `wide_available` checked every CPU feature the kernel is compiled for; it
+            // has no other precondition (its loads are bounds-checked).
+            if let Some(c) = unsafe { clmul::crc_masked_wide(LRH_CRC, l3, &m[..chunks]) } {
+                return Ok(c);
+            }
+        }
         // SAFETY: `available` checked every CPU feature `crc_masked` is compiled for; it has
         // no other precondition (its loads are bounds-checked).
         if let Some(c) = unsafe { clmul::crc_masked(LRH_CRC, l3, &m[..chunks]) } {
@@ -149,6 +156,38 @@ pub fn compute_portable(l3: &[u8]) -> Result<u32, Error> {
 #[path = "icrc_clmul.rs"]
 #[allow(unsafe_code)]
 mod clmul;
+
+/// Copy `src` into `dst` (same length; `false` and nothing copied otherwise) and continue the
+/// CRC `crc` over the copied bytes: `crc` is a finished CRC-32 value (as [`compute`] returns
+/// for the bytes before), and the result is the CRC of those bytes followed by `src`. One pass
+/// over the data on x86-64 with AVX-512 and `VPCLMULQDQ` (every 64-byte load is stored and
+/// folded); elsewhere a copy then a `crc32fast` pass. The transmit path writes a packet's
+/// payload through this, so the payload is read once for both the copy and the ICRC.
+pub fn copy_and_continue(crc: &mut u32, src: &[u8], dst: &mut [u8]) -> bool {
+    if src.len() != dst.len() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    if src.len() >= 256 && clmul::wide_available() {
+        // SAFETY: `wide_available` checked every CPU feature the kernel is compiled for; it has
+        // no other precondition (its loads and stores are bounds-checked).
+        if let Some(c) = unsafe { clmul::copy_crc_avx512(*crc, src, dst) } {
+            *crc = c;
+            return true;
+        }
+    }
+    dst.copy_from_slice(src);
+    *crc = continue_crc(*crc, dst);
+    true
+}
+
+/// Continue the finished CRC-32 value `crc` over `data`.
+pub fn continue_crc(crc: u32, data: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new_with_initial(crc);
+    h.update(data);
+    h.finalize()
+}
 
 /// Verify the ICRC of `l3`, which runs from the IP header to the end of the ICRC.
 /// `icrc_offset_in_frame` only labels the error.
@@ -283,6 +322,28 @@ mod tests {
         }
     }
 
+    /// The one-pass copy + CRC equals a copy followed by a plain CRC pass, at every length
+    /// around the kernel's 64- and 256-byte steps and at unaligned offsets on both sides.
+    #[test]
+    fn copy_and_continue_is_copy_then_crc() {
+        let src: Vec<u8> = (0..6000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        for len in (0..1100).chain([2048, 4095, 4096, 4097, 5000]) {
+            for (so, d_off, init) in [(0, 0, LRH_CRC), (3, 1, 0), (17, 54, 0x1234_5678)] {
+                let s = &src[so..so + len];
+                let mut dst = vec![0xeeu8; len + 128];
+                let mut crc = init;
+                assert!(copy_and_continue(&mut crc, s, &mut dst[d_off..d_off + len]));
+                assert_eq!(&dst[d_off..d_off + len], s, "len {len}");
+                assert!(dst[..d_off].iter().chain(&dst[d_off + len..]).all(|&b| b == 0xee), "len {len}");
+                let mut h = crc32fast::Hasher::new_with_initial(init);
+                h.update(s);
+                assert_eq!(crc, h.finalize(), "len {len} offsets {so}/{d_off}");
+            }
+        }
+        let mut crc = 0;
+        assert!(!copy_and_continue(&mut crc, &src[..10], &mut [0u8; 9]));
+    }
+
     #[test]
     fn wide_masks_equal_byte_masks() {
         for v6 in [false, true] {
@@ -319,14 +380,15 @@ mod tests {
     }
 
     /// Every length from the bare headers to beyond crc32fast's fold-by-4 threshold after the
-    /// prefix (both sides of every branch of the clmul path): the fast path, the portable path
-    /// and the bit-by-bit reference agree.
+    /// prefix and across the wide kernel's 64- and 256-byte steps (both sides of every branch of
+    /// the clmul paths), and the lengths of full 4096-MTU packets: the fast path, the portable
+    /// path and the bit-by-bit reference agree.
     #[test]
     fn every_length_agrees_with_the_reference() {
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         for v6 in [false, true] {
             let min = if v6 { 60 } else { 40 };
-            for len in min..=420 {
+            for len in (min..=1100).chain(4130..4200).chain([9000]) {
                 let mut l3: std::vec::Vec<u8> = (0..len)
                     .map(|_| {
                         x ^= x << 13;

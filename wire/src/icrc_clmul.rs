@@ -159,3 +159,192 @@ fn partial_block(data: &[u8]) -> u128 {
         0
     }
 }
+
+/// Whether the CPU has what [`copy_crc_avx512`] needs.
+#[inline]
+pub(crate) fn wide_available() -> bool {
+    #[cfg(feature = "std")]
+    {
+        use core::sync::atomic::{AtomicU8, Ordering};
+        static HAVE: AtomicU8 = AtomicU8::new(0); // 0 unknown, 1 no, 2 yes
+        match HAVE.load(Ordering::Relaxed) {
+            2 => true,
+            1 => false,
+            _ => {
+                let yes = available()
+                    && std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("vpclmulqdq")
+                    && std::is_x86_feature_detected!("avx2");
+                HAVE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+                yes
+            }
+        }
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        available() && cfg!(all(target_feature = "avx512f", target_feature = "vpclmulqdq", target_feature = "avx2"))
+    }
+}
+
+// Fold distances for the 16-stream (4 × ZMM) loop: 2048 bits, and 512 bits to collapse the four
+// ZMM accumulators into one (crc32fast's K_2048 pair and the paper's K1/K2).
+const K_2048_LOW: i64 = 0x11542778a;
+const K_2048_HIGH: i64 = 0x1322d1430;
+const K1: i64 = 0x154442bd4;
+const K2: i64 = 0x1c6e41596;
+
+/// Copy `src` into `dst` (same length) and return the CRC of `src` continued from `init`: what
+/// `crc32fast::Hasher::new_with_initial(init)` fed with `src` finalizes to. One pass over the
+/// bytes instead of a copy pass and a CRC pass: each 64-byte load is stored and folded. The
+/// bulk (whole 256-byte groups) folds 16 streams in four ZMM registers (crc32fast's AVX-512
+/// kernel); the rest (< 256 bytes) is copied and then CRC-ed from `dst`, still in L1.
+/// Returns `None` (nothing copied) if the lengths differ.
+///
+/// # Safety
+/// The CPU must support what [`wide_available`] checks. No memory-safety precondition: every
+/// load and store is through a bounds-checked 64-byte array.
+#[target_feature(
+    enable = "pclmulqdq",
+    enable = "sse2",
+    enable = "sse4.1",
+    enable = "ssse3",
+    enable = "avx",
+    enable = "avx2",
+    enable = "avx512f",
+    enable = "vpclmulqdq"
+)]
+pub(crate) unsafe fn copy_crc_avx512(init: u32, src: &[u8], dst: &mut [u8]) -> Option<u32> {
+    if src.len() != dst.len() {
+        return None;
+    }
+    let bulk = src.len() / 256 * 256;
+    let mut crc = init;
+    if bulk > 0 {
+        let mut step = |i: usize| -> Option<arch::__m512i> {
+            let s = src.get(i..)?.first_chunk::<64>()?;
+            let d = dst.get_mut(i..)?.first_chunk_mut::<64>()?;
+            // SAFETY: `s` and `d` are exactly 64 readable / writable bytes; `loadu`/`storeu` have
+            // no alignment requirement.
+            let v = unsafe { arch::_mm512_loadu_si512(s.as_ptr().cast()) };
+            unsafe { arch::_mm512_storeu_si512(d.as_mut_ptr().cast(), v) };
+            Some(v)
+        };
+        let mut v0 = step(0)?;
+        let (mut v1, mut v2, mut v3) = (step(64)?, step(128)?, step(192)?);
+        v0 = arch::_mm512_xor_si512(v0, arch::_mm512_castsi128_si512(arch::_mm_cvtsi32_si128(!crc as i32)));
+        let k = arch::_mm512_set_epi64(
+            K_2048_HIGH,
+            K_2048_LOW,
+            K_2048_HIGH,
+            K_2048_LOW,
+            K_2048_HIGH,
+            K_2048_LOW,
+            K_2048_HIGH,
+            K_2048_LOW,
+        );
+        let mut i = 256;
+        while i < bulk {
+            v0 = fold512(v0, step(i)?, k);
+            v1 = fold512(v1, step(i + 64)?, k);
+            v2 = fold512(v2, step(i + 128)?, k);
+            v3 = fold512(v3, step(i + 192)?, k);
+            i += 256;
+        }
+        // Four accumulators → one (fold by 512 bits), four lanes → one (fold by 128 bits).
+        let k1k2 = arch::_mm512_set_epi64(K2, K1, K2, K1, K2, K1, K2, K1);
+        let v = fold512(fold512(fold512(v0, v1, k1k2), v2, k1k2), v3, k1k2);
+        let k3k4 = arch::_mm_set_epi64x(K4, K3);
+        let mut x = arch::_mm512_castsi512_si128(v);
+        x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 1), k3k4);
+        x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 2), k3k4);
+        x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 3), k3k4);
+        crc = reduce_to_crc(x, &[]);
+    }
+    let tail = dst.get_mut(bulk..)?;
+    tail.copy_from_slice(src.get(bulk..)?);
+    if !tail.is_empty() {
+        let mut h = crc32fast::Hasher::new_with_initial(crc);
+        h.update(tail);
+        crc = h.finalize();
+    }
+    Some(crc)
+}
+
+/// Fold `a` forward by the distance `k` encodes and add `b`, in each 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx512f", enable = "vpclmulqdq")]
+unsafe fn fold512(a: arch::__m512i, b: arch::__m512i, k: arch::__m512i) -> arch::__m512i {
+    let t1 = arch::_mm512_clmulepi64_epi128(a, k, 0x00);
+    let t2 = arch::_mm512_clmulepi64_epi128(a, k, 0x11);
+    // b ^ t1 ^ t2 in one instruction.
+    arch::_mm512_ternarylogic_epi64(b, t1, t2, 0x96)
+}
+
+/// [`crc_masked`] for packets of 256 bytes and more, in one pass with `VPCLMULQDQ`: the masks
+/// (at most 64 bytes of them) are OR-ed into the first 64-byte load, 256-byte groups fold as 16
+/// streams in four ZMM registers, the rest folds 64 bytes at a time into one, and the last
+/// < 64 bytes go through the 128-bit tail of [`reduce_to_crc`]: one reduction for the whole
+/// packet. Returns `None` (nothing computed) unless `masks.len() <= 4` and `data.len() >= 256`.
+///
+/// # Safety
+/// The CPU must support what [`wide_available`] checks. No memory-safety precondition: every
+/// load is from a bounds-checked 64-byte array.
+#[target_feature(
+    enable = "pclmulqdq",
+    enable = "sse2",
+    enable = "sse4.1",
+    enable = "ssse3",
+    enable = "avx",
+    enable = "avx2",
+    enable = "avx512f",
+    enable = "vpclmulqdq"
+)]
+pub(crate) unsafe fn crc_masked_wide(init: u32, data: &[u8], masks: &[u128]) -> Option<u32> {
+    if masks.len() > 4 || data.len() < 256 {
+        return None;
+    }
+    let load = |i: usize| -> Option<arch::__m512i> {
+        let s = data.get(i..)?.first_chunk::<64>()?;
+        // SAFETY: `s` is exactly 64 readable bytes; `loadu` has no alignment requirement.
+        Some(unsafe { arch::_mm512_loadu_si512(s.as_ptr().cast()) })
+    };
+    let mut m = [0i64; 8];
+    for (i, &w) in masks.iter().enumerate() {
+        m[2 * i] = w as i64;
+        m[2 * i + 1] = (w >> 64) as i64;
+    }
+    let mask = arch::_mm512_set_epi64(m[7], m[6], m[5], m[4], m[3], m[2], m[1], m[0]);
+    let mut v0 = arch::_mm512_or_si512(load(0)?, mask);
+    v0 = arch::_mm512_xor_si512(v0, arch::_mm512_castsi128_si512(arch::_mm_cvtsi32_si128(!init as i32)));
+    let (mut v1, mut v2, mut v3) = (load(64)?, load(128)?, load(192)?);
+    let k2048 = arch::_mm512_set_epi64(
+        K_2048_HIGH,
+        K_2048_LOW,
+        K_2048_HIGH,
+        K_2048_LOW,
+        K_2048_HIGH,
+        K_2048_LOW,
+        K_2048_HIGH,
+        K_2048_LOW,
+    );
+    let mut i = 256;
+    while i + 256 <= data.len() {
+        v0 = fold512(v0, load(i)?, k2048);
+        v1 = fold512(v1, load(i + 64)?, k2048);
+        v2 = fold512(v2, load(i + 128)?, k2048);
+        v3 = fold512(v3, load(i + 192)?, k2048);
+        i += 256;
+    }
+    let k1k2 = arch::_mm512_set_epi64(K2, K1, K2, K1, K2, K1, K2, K1);
+    let mut v = fold512(fold512(fold512(v0, v1, k1k2), v2, k1k2), v3, k1k2);
+    while i + 64 <= data.len() {
+        v = fold512(v, load(i)?, k1k2);
+        i += 64;
+    }
+    let k3k4 = arch::_mm_set_epi64x(K4, K3);
+    let mut x = arch::_mm512_castsi512_si128(v);
+    x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 1), k3k4);
+    x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 2), k3k4);
+    x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 3), k3k4);
+    Some(reduce_to_crc(x, data.get(i..)?))
+}

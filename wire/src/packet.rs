@@ -85,7 +85,7 @@ impl RoceRepr {
         }
         // Payload and pad fill whole 4-byte words (IBTA §9.3: PadCnt pads the payload "to a
         // multiple of 4 bytes"); with that, PadCnt always equals `pad_for(payload_len)`.
-        if rest % 4 != 0 {
+        if !rest.is_multiple_of(4) {
             return Err(Error::Length {
                 layer: Layer::Payload,
                 offset: off + hl,

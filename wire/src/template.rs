@@ -101,6 +101,65 @@ impl HeaderTemplate {
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<usize, Error> {
+        let (payload, total) = self.stamp(buf, ident, opcode, solicited, ack_req, psn, ext, payload_len)?;
+        fill(&mut buf[payload..payload + payload_len]);
+        let icrc_at = total - ICRC_LEN;
+        let c = icrc::compute(&buf[self.l3..icrc_at])?;
+        self.seal(buf, c, total)
+    }
+
+    /// [`HeaderTemplate::emit`] with the payload appended by `fill` through a [`PayloadWriter`],
+    /// which copies each piece into the frame and folds it into the ICRC in the same pass.
+    /// `fill` must append exactly `payload_len` bytes and return `true`; otherwise nothing valid
+    /// is emitted and the result is an error.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn emit_copy(
+        &self,
+        buf: &mut [u8],
+        ident: u16,
+        opcode: Opcode,
+        solicited: bool,
+        ack_req: bool,
+        psn: crate::Psn,
+        ext: &ExtHeaders,
+        payload_len: usize,
+        fill: impl FnOnce(&mut PayloadWriter<'_>) -> bool,
+    ) -> Result<usize, Error> {
+        let (payload, total) = self.stamp(buf, ident, opcode, solicited, ack_req, psn, ext, payload_len)?;
+        // Small payloads: plain copies, then one ICRC pass over the frame (three CRC
+        // finalizations would cost more than the second read of a few hundred bytes).
+        let fused = payload_len >= FUSE_MIN;
+        let head_crc = if fused { icrc::compute(&buf[self.l3..payload])? } else { 0 };
+        let mut w = PayloadWriter { buf: &mut buf[payload..payload + payload_len], at: 0, crc: head_crc, fused };
+        if !fill(&mut w) || w.at != payload_len {
+            return Err(Error::InvalidRepr { what: "payload writer did not fill the payload" });
+        }
+        let crc = w.crc;
+        let end = payload + payload_len;
+        let c = if fused {
+            icrc::continue_crc(crc, &buf[end..end + pad_for(payload_len) as usize])
+        } else {
+            icrc::compute(&buf[self.l3..total - ICRC_LEN])?
+        };
+        self.seal(buf, c, total)
+    }
+
+    /// Write the headers of a frame and zero its pad; returns the payload offset and the frame
+    /// length.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn stamp(
+        &self,
+        buf: &mut [u8],
+        ident: u16,
+        opcode: Opcode,
+        solicited: bool,
+        ack_req: bool,
+        psn: crate::Psn,
+        ext: &ExtHeaders,
+        payload_len: usize,
+    ) -> Result<(usize, usize), Error> {
         let info = opcode.info().ok_or(Error::InvalidRepr { what: "unknown opcode" })?;
         ext.check(info)?;
         if !info.has_payload && payload_len != 0 {
@@ -143,15 +202,54 @@ impl HeaderTemplate {
         buf[bth + 8..bth + 12].copy_from_slice(&word.to_be_bytes());
         ext.emit(info, &mut buf[bth + BTH_LEN..bth + hl]);
         let payload = bth + hl;
-        fill(&mut buf[payload..payload + payload_len]);
         buf[payload + payload_len..payload + payload_len + pad].fill(0);
-        let icrc_at = total - ICRC_LEN;
-        let c = icrc::compute(&buf[l3..icrc_at])?;
-        buf[icrc_at..total].copy_from_slice(&c.to_le_bytes());
+        Ok((payload, total))
+    }
+
+    /// Store the ICRC `c` in the last four bytes of the `total`-byte frame and, if configured,
+    /// the UDP checksum.
+    #[inline]
+    fn seal(&self, buf: &mut [u8], c: u32, total: usize) -> Result<usize, Error> {
+        buf[total - ICRC_LEN..total].copy_from_slice(&c.to_le_bytes());
         if self.csum == UdpChecksum::Compute {
-            finish_udp_checksum(&mut buf[l3..total]);
+            finish_udp_checksum(&mut buf[self.l3..total]);
         }
         Ok(total)
+    }
+}
+
+/// Appends a packet's payload for [`HeaderTemplate::emit_copy`]: each piece is copied into the
+/// frame and folded into the running ICRC in the same pass.
+pub struct PayloadWriter<'a> {
+    buf: &'a mut [u8],
+    at: usize,
+    crc: u32,
+    /// Fold each piece into `crc` as it is copied (else the caller CRCs the frame afterwards).
+    fused: bool,
+}
+
+/// Payloads from this size on are copied and CRC-ed in one pass.
+const FUSE_MIN: usize = 512;
+
+impl PayloadWriter<'_> {
+    /// Bytes still to append.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.at
+    }
+
+    /// Append `src`; `false` (nothing appended) if it does not fit.
+    #[inline]
+    pub fn copy(&mut self, src: &[u8]) -> bool {
+        let Some(dst) = self.buf.get_mut(self.at..self.at + src.len()) else { return false };
+        if self.fused {
+            if !icrc::copy_and_continue(&mut self.crc, src, dst) {
+                return false;
+            }
+        } else {
+            dst.copy_from_slice(src);
+        }
+        self.at += src.len();
+        true
     }
 }
 
@@ -258,17 +356,19 @@ mod tests {
         #[test]
         fn template_matches_emit_frame(
             seed in any::<u64>(), v6 in any::<bool>(), vlan in any::<bool>(), compute in any::<bool>(),
-            op_i in 0..OPS.len(), len in 0usize..1500, ident in any::<u16>(), psn in 0u32..0x100_0000,
+            op_i in 0..OPS.len(), len in 0usize..1500, big in any::<bool>(), ident in any::<u16>(), psn in 0u32..0x100_0000,
             ack_req in any::<bool>(), se in any::<bool>(), x in any::<u64>(),
         ) {
             let (eth, ip, udp, bth) = reprs(v6, vlan, seed);
             let csum = if compute { UdpChecksum::Compute } else { UdpChecksum::Zero };
             let t = HeaderTemplate::new(&eth, &ip, &udp, &bth, csum).unwrap();
             let op = OPS[op_i];
+            // Large payloads reach the one-pass copy kernel's 256-byte groups.
+            let len = if big { len * 6 } else { len };
             let len = if op.info().unwrap().has_payload { len } else { 0 };
             let ext = ext_for(op, x);
             let fill = |p: &mut [u8]| p.iter_mut().enumerate().for_each(|(i, b)| *b = (i as u8) ^ (x as u8));
-            let mut a = vec![0xa5u8; 1700];
+            let mut a = vec![0xa5u8; 9300];
             let n = t.emit(&mut a, ident, op, se, ack_req, Psn::new(psn), &ext, len, fill).unwrap();
             let mut ip2 = ip;
             if let IpRepr::V4(v4) = &mut ip2 { v4.ident = ident; }
@@ -277,10 +377,21 @@ mod tests {
                 ext,
                 payload_len: len,
             };
-            let mut b = vec![0x5au8; 1700];
+            let mut b = vec![0x5au8; 9300];
             let m = emit_frame(&eth, &ip2, &udp, &roce, &mut b, csum, fill).unwrap();
             prop_assert_eq!(n, m);
             prop_assert_eq!(&a[..n], &b[..m]);
+            // The same payload appended in up to three pieces through the writer.
+            let mut payload = vec![0u8; len];
+            fill(&mut payload);
+            let cut1 = (x as usize >> 8) % (len + 1);
+            let cut2 = cut1 + (x as usize >> 20) % (len - cut1 + 1);
+            let mut c = vec![0x3cu8; 9300];
+            let k = t.emit_copy(&mut c, ident, op, se, ack_req, Psn::new(psn), &ext, len, |w| {
+                w.copy(&payload[..cut1]) && w.copy(&payload[cut1..cut2]) && w.copy(&payload[cut2..])
+            }).unwrap();
+            prop_assert_eq!(k, m);
+            prop_assert_eq!(&c[..k], &b[..m]);
         }
     }
 
@@ -298,5 +409,17 @@ mod tests {
         let send = ExtHeaders::default();
         assert!(t.emit(&mut buf, 0, Opcode::RC_SEND_ONLY, false, false, Psn::new(0), &send, 300, |_| {}).is_err());
         assert!(t.emit(&mut buf, 0, Opcode::RC_SEND_ONLY, false, false, Psn::new(0), &send, 100, |_| {}).is_ok());
+        // A writer that appends too little or too much, or says it failed.
+        let p = [7u8; 64];
+        let op = Opcode::RC_SEND_ONLY;
+        assert!(t.emit_copy(&mut buf, 0, op, false, false, Psn::new(0), &send, 64, |w| w.copy(&p[..63])).is_err());
+        assert!(t.emit_copy(&mut buf, 0, op, false, false, Psn::new(0), &send, 63, |w| !w.copy(&p)).is_err());
+        assert!(t
+            .emit_copy(&mut buf, 0, op, false, false, Psn::new(0), &send, 64, |w| {
+                w.copy(&p);
+                false
+            })
+            .is_err());
+        assert!(t.emit_copy(&mut buf, 0, op, false, false, Psn::new(0), &send, 64, |w| w.copy(&p)).is_ok());
     }
 }

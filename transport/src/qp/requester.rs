@@ -12,7 +12,7 @@ use crate::mr::MrTable;
 use crate::time::{local_ack_timeout, Instant};
 use crate::verbs::*;
 use uroce_wire::opcode::{Operation, Position};
-use uroce_wire::{AtomicEthRepr, ExtHeaders, Opcode, Psn, RethRepr};
+use uroce_wire::{AtomicEthRepr, ExtHeaders, Opcode, PayloadWriter, Psn, RethRepr};
 
 /// Requester state.
 #[derive(Debug, Default)]
@@ -81,6 +81,41 @@ pub(crate) fn gather(mrs: &MrTable, pd: PdHandle, src: &Source<'_>, mut off: u64
     } else {
         Err(())
     }
+}
+
+/// Append `len` bytes starting `off` bytes into the WQE's gather list to a frame's payload (copy
+/// and ICRC in one pass). `false` when an SGE no longer names a region of `pd` covering it.
+pub(crate) fn gather_to(
+    mrs: &MrTable,
+    pd: PdHandle,
+    src: &Source<'_>,
+    mut off: u64,
+    len: usize,
+    w: &mut PayloadWriter<'_>,
+) -> bool {
+    if let Some(data) = src.inline {
+        let off = off as usize;
+        return data.get(off..off + len).is_some_and(|d| w.copy(d));
+    }
+    let mut done = 0usize;
+    for sge in src.sges {
+        if done == len {
+            break;
+        }
+        let l = sge.length as u64;
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let n = ((l - off) as usize).min(len - done);
+        let Ok(piece) = mrs.slice(sge.lkey, pd, sge.addr + off, n, AccessFlags::NONE) else { return false };
+        if !w.copy(piece) {
+            return false;
+        }
+        done += n;
+        off = 0;
+    }
+    done == len
 }
 
 /// Copy `src` into the scatter list starting `off` bytes in. Needs LOCAL_WRITE on each region.
@@ -363,8 +398,9 @@ impl Qp {
         let mut gather_ok = true;
         let mrs = &*ctx.mrs;
         let pd = self.pd;
-        let len = tpl.emit(buf, ctx.idents, opcode, psn, ack_req, solicited, &ext, payload_len, |p| {
-            gather_ok = gather(mrs, pd, &src, off as u64, p).is_ok()
+        let len = tpl.emit_copy(buf, ctx.idents, opcode, psn, ack_req, solicited, &ext, payload_len, |w| {
+            gather_ok = gather_to(mrs, pd, &src, off as u64, payload_len, w);
+            gather_ok
         })?;
         if !gather_ok {
             return None;

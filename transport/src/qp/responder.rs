@@ -611,16 +611,24 @@ impl Qp {
         let pd = self.pd;
         let mut ok = true;
         let mrs = &*ctx.mrs;
-        let len = tpl.emit(buf, ctx.idents, opcode, psn, false, false, &ext, payload_len, |b| {
+        let len = tpl.emit_copy(buf, ctx.idents, opcode, psn, false, false, &ext, payload_len, |w| {
             if let Some((va, rkey)) = src {
                 // Re-read (and re-validate) the region for every response packet: it may have
                 // been deregistered since the request was accepted.
-                match mrs.slice(rkey, pd, va, b.len(), AccessFlags::REMOTE_READ) {
-                    Ok(src) => b.copy_from_slice(src),
-                    Err(_) => ok = b.is_empty(),
+                match mrs.slice(rkey, pd, va, payload_len, AccessFlags::REMOTE_READ) {
+                    Ok(src) => ok = w.copy(src),
+                    Err(_) => ok = payload_len == 0,
                 }
             }
-        })?;
-        Some(if ok { Ok(len) } else { Err(psn) })
+            ok
+        });
+        // A frame not emitted because the region went away is reported as such; any other
+        // emit failure (a buffer too small) sends nothing.
+        let len = match len {
+            Some(len) => len,
+            None if !ok => return Some(Err(psn)),
+            None => return None,
+        };
+        Some(Ok(len))
     }
 }

@@ -343,7 +343,7 @@ fn post_one(net: &mut Network, p: &mut Pair, rng: &mut ChaCha8Rng, cfg: &SoakCon
                 WrOpcode::SendWithInv
             }
         };
-        if size <= 64 && rng.next_u32() % 2 == 0 {
+        if size <= 64 && rng.next_u32().is_multiple_of(2) {
             wr.send_flags |= SendFlags::INLINE;
         }
         p.sends.push_back(rec);
@@ -376,7 +376,7 @@ fn post_one(net: &mut Network, p: &mut Pair, rng: &mut ChaCha8Rng, cfg: &SoakCon
             wr.opcode = WrOpcode::AtomicCmpAndSwp;
             wr.remote_addr = p.atom.addr + 8;
             // Half the time the compare matches.
-            wr.compare_add = if rng.next_u32() % 2 == 0 { p.cas_model } else { p.cas_model ^ 1 };
+            wr.compare_add = if rng.next_u32().is_multiple_of(2) { p.cas_model } else { p.cas_model ^ 1 };
             wr.swap = rng.next_u64();
             expect = Expect::Atomic { slot: s, orig: p.cas_model };
             if wr.compare_add == p.cas_model {
