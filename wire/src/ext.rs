@@ -211,10 +211,14 @@ impl ExtHeaders {
     /// holds at least `info.header_len - 12` bytes (the caller checked).
     #[inline]
     pub(crate) fn parse(info: &OpcodeInfo, b: &[u8]) -> ExtHeaders {
-        let h = info.headers;
+        if info.headers.is_empty() {
+            // MIDDLE packets and bare SEND/WRITE/READ-response packets: the common case.
+            return ExtHeaders::default();
+        }
         // Offsets in the table are from the BTH start.
-        let at =
-            |k: HeaderKind| h.offset(k).map(|o| &b[o - crate::bth::HEADER_LEN..o - crate::bth::HEADER_LEN + k.size()]);
+        let at = |k: HeaderKind| {
+            info.offset(k).map(|o| &b[o - crate::bth::HEADER_LEN..o - crate::bth::HEADER_LEN + k.size()])
+        };
         ExtHeaders {
             deth: at(HeaderKind::Deth).map(|s| DethRepr { qkey: get_u32(s, 0), src_qp: Qpn::new(get_u24(s, 5)) }),
             feth: at(HeaderKind::Feth).map(|s| {
@@ -262,6 +266,9 @@ impl ExtHeaders {
     /// `info.header_len - 12` bytes). Call [`ExtHeaders::check`] first.
     #[inline]
     pub(crate) fn emit(&self, info: &OpcodeInfo, b: &mut [u8]) {
+        if info.headers.is_empty() {
+            return;
+        }
         let mut put = |k: HeaderKind, f: &mut dyn FnMut(&mut [u8])| {
             if let Some(o) = info.offset(k) {
                 let o = o - crate::bth::HEADER_LEN;

@@ -348,3 +348,142 @@ pub(crate) unsafe fn crc_masked_wide(init: u32, data: &[u8], masks: &[u128]) -> 
     x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 3), k3k4);
     Some(reduce_to_crc(x, data.get(i..)?))
 }
+
+/// Whether the CPU has what [`copy_icrc_stream`] needs ([`wide_available`] and AVX-512BW's
+/// byte-masked loads and stores).
+#[inline]
+pub(crate) fn stream_available() -> bool {
+    #[cfg(feature = "std")]
+    {
+        use core::sync::atomic::{AtomicU8, Ordering};
+        static HAVE: AtomicU8 = AtomicU8::new(0); // 0 unknown, 1 no, 2 yes
+        match HAVE.load(Ordering::Relaxed) {
+            2 => true,
+            1 => false,
+            _ => {
+                let yes = wide_available() && std::is_x86_feature_detected!("avx512bw");
+                HAVE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+                yes
+            }
+        }
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        wide_available() && cfg!(target_feature = "avx512bw")
+    }
+}
+
+/// The ICRC of a packet being built, with its payload copied in on the way: `l3` runs from the
+/// IP header to the end of the pad, its first `h` bytes (IP .. extension headers) and the pad
+/// after `h + src.len()` are in place, and `src` is copied to `l3[h..h + src.len()]` in the same
+/// pass that folds the whole packet into one CRC continued from `init` (block `i` OR-ed with
+/// `masks[i]` first, as [`crc_masked`]). The stream's 64-byte chunks straddling the headers and
+/// the payload are assembled with byte-masked loads (only the selected bytes are read) and the
+/// payload part stored with a byte-masked store. Returns `None` (nothing written) unless the
+/// masks only cover bytes before `h`, `h <= 128`, `h + src.len() <= l3.len()` and `h + src.len() >= 256`.
+///
+/// # Safety
+/// The CPU must support what [`stream_available`] checks. No memory-safety precondition: every
+/// load and store is within a bounds-checked subslice of `l3` or `src` (a masked access only
+/// touches its selected bytes, which lie inside the subslice the pointer comes from).
+#[target_feature(
+    enable = "pclmulqdq",
+    enable = "sse2",
+    enable = "sse4.1",
+    enable = "ssse3",
+    enable = "avx",
+    enable = "avx2",
+    enable = "avx512f",
+    enable = "avx512bw",
+    enable = "vpclmulqdq"
+)]
+pub(crate) unsafe fn copy_icrc_stream(init: u32, l3: &mut [u8], h: usize, src: &[u8], masks: &[u128]) -> Option<u32> {
+    let end = h.checked_add(src.len())?;
+    if masks.len() > 4 || h > 128 || end > l3.len() || end < 256 {
+        return None;
+    }
+    // The masks may only set header bits (bytes before `h`).
+    for (i, &w) in masks.iter().enumerate() {
+        let keep = h.saturating_sub(16 * i);
+        if keep < 16 && w >> (8 * keep) != 0 {
+            return None;
+        }
+    }
+    // Stream bytes `o .. o + 64` (o a multiple of 64, o + 64 <= end): headers from `l3`, payload
+    // from `src`; the payload bytes are also stored into `l3`.
+    let mut chunk = |o: usize| -> Option<arch::__m512i> {
+        if o >= h {
+            let s = src.get(o - h..)?.first_chunk::<64>()?;
+            let d = l3.get_mut(o..)?.first_chunk_mut::<64>()?;
+            // SAFETY: `s` and `d` are exactly 64 readable / writable bytes (no alignment needed).
+            let v = unsafe { arch::_mm512_loadu_si512(s.as_ptr().cast()) };
+            unsafe { arch::_mm512_storeu_si512(d.as_mut_ptr().cast(), v) };
+            return Some(v);
+        }
+        let d = l3.get_mut(o..)?.first_chunk_mut::<64>()?;
+        if o + 64 <= h {
+            // SAFETY: 64 readable bytes.
+            return Some(unsafe { arch::_mm512_loadu_si512(d.as_ptr().cast()) });
+        }
+        // Bytes 0 .. k of the chunk are headers, k .. 64 payload (src[0 .. 64 - k]).
+        let k = h - o;
+        let hdr_lanes: u64 = (1u64 << k) - 1;
+        let p = src.get(..64 - k)?;
+        // SAFETY: the header lanes are `d[..k]`; the payload lanes `k..64` read
+        // `p.as_ptr() - k + lane`, i.e. exactly `p[0 .. 64 - k]`; the masked store writes
+        // `d[k..64]`. Masked-off lanes are not accessed (the pointer is formed with wrapping
+        // arithmetic and never dereferenced outside the selected lanes).
+        let hv = unsafe { arch::_mm512_maskz_loadu_epi8(hdr_lanes, d.as_ptr().cast()) };
+        let pv = unsafe { arch::_mm512_maskz_loadu_epi8(!hdr_lanes, p.as_ptr().wrapping_sub(k).cast()) };
+        unsafe { arch::_mm512_mask_storeu_epi8(d.as_mut_ptr().cast(), !hdr_lanes, pv) };
+        Some(arch::_mm512_or_si512(hv, pv))
+    };
+    let mut m = [0i64; 8];
+    for (i, &w) in masks.iter().enumerate() {
+        m[2 * i] = w as i64;
+        m[2 * i + 1] = (w >> 64) as i64;
+    }
+    let mask = arch::_mm512_set_epi64(m[7], m[6], m[5], m[4], m[3], m[2], m[1], m[0]);
+    let mut v0 = arch::_mm512_or_si512(chunk(0)?, mask);
+    v0 = arch::_mm512_xor_si512(v0, arch::_mm512_castsi128_si512(arch::_mm_cvtsi32_si128(!init as i32)));
+    let (mut v1, mut v2, mut v3) = (chunk(64)?, chunk(128)?, chunk(192)?);
+    let k2048 = arch::_mm512_set_epi64(
+        K_2048_HIGH,
+        K_2048_LOW,
+        K_2048_HIGH,
+        K_2048_LOW,
+        K_2048_HIGH,
+        K_2048_LOW,
+        K_2048_HIGH,
+        K_2048_LOW,
+    );
+    let bulk = end / 256 * 256;
+    let mut i = 256;
+    while i < bulk {
+        v0 = fold512(v0, chunk(i)?, k2048);
+        v1 = fold512(v1, chunk(i + 64)?, k2048);
+        v2 = fold512(v2, chunk(i + 128)?, k2048);
+        v3 = fold512(v3, chunk(i + 192)?, k2048);
+        i += 256;
+    }
+    // The rest of the payload (< 256 bytes; `bulk >= 256 > h`), then fold what follows in the
+    // frame (that payload, then the pad) from `l3`, still in L1.
+    l3.get_mut(bulk..end)?.copy_from_slice(src.get(bulk - h..)?);
+    let k1k2 = arch::_mm512_set_epi64(K2, K1, K2, K1, K2, K1, K2, K1);
+    let mut v = fold512(fold512(fold512(v0, v1, k1k2), v2, k1k2), v3, k1k2);
+    let load = |i: usize| -> Option<arch::__m512i> {
+        let s = l3.get(i..)?.first_chunk::<64>()?;
+        // SAFETY: 64 readable bytes.
+        Some(unsafe { arch::_mm512_loadu_si512(s.as_ptr().cast()) })
+    };
+    while i + 64 <= l3.len() {
+        v = fold512(v, load(i)?, k1k2);
+        i += 64;
+    }
+    let k3k4 = arch::_mm_set_epi64x(K4, K3);
+    let mut x = arch::_mm512_castsi512_si128(v);
+    x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 1), k3k4);
+    x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 2), k3k4);
+    x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 3), k3k4);
+    Some(reduce_to_crc(x, l3.get(i..)?))
+}

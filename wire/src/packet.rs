@@ -215,12 +215,74 @@ impl<'a> ParsedFrame<'a> {
 /// Trailing bytes after the IP packet (Ethernet padding) are ignored.
 #[inline(always)]
 pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>, Error> {
+    match parse_common_ipv4(frame) {
+        Some(p) => Ok(p),
+        None => parse_general(frame),
+    }
+}
+
+/// [`parse_frame`] layer by layer: every shape, every error.
+#[inline(always)]
+fn parse_general(frame: &[u8]) -> Result<ParsedFrame<'_>, Error> {
     let eth = EthernetFrame::new_checked(frame)?;
     let repr = EthernetRepr::parse(&eth);
     let l3 = eth.header_len();
     let mut p = parse_at(frame, l3, repr.ethertype)?;
     p.eth = Some(repr);
     Ok(p)
+}
+
+/// [`parse_frame`] for the frames a RoCEv2 port receives almost always: untagged Ethernet,
+/// IPv4 without options or fragmentation, UDP to 4791 with consistent lengths. The headers are
+/// read from one fixed-size array instead of layer by layer; anything else (or anything wrong)
+/// returns `None` and the general path parses the frame and names the error. The result is
+/// exactly what the general path returns (a property test holds the two to that).
+#[inline(always)]
+fn parse_common_ipv4(frame: &[u8]) -> Option<ParsedFrame<'_>> {
+    const L3: usize = crate::ethernet::HEADER_LEN;
+    const UDP: usize = L3 + crate::ipv4::HEADER_LEN;
+    const BTH: usize = UDP + crate::udp::HEADER_LEN;
+    let h = frame.first_chunk::<BTH>()?;
+    // EtherType IPv4 (untagged), version 4, IHL 5.
+    if h[12..15] != [0x08, 0x00, 0x45] {
+        return None;
+    }
+    let ip: &[u8; 20] = h[L3..UDP].try_into().ok()?;
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    let flags_frag = u16::from_be_bytes([ip[6], ip[7]]);
+    // Not a fragment, UDP, room for UDP + BTH + ICRC, inside the frame, checksum right.
+    if flags_frag & 0x3fff != 0 || ip[9] != PROTOCOL_UDP || total < 20 + 8 + 12 + ICRC_LEN || L3 + total > frame.len() {
+        return None;
+    }
+    if !cfg!(fuzzing) && crate::ipv4::internet_checksum(ip) != 0 {
+        return None;
+    }
+    let udp = &h[UDP..BTH];
+    let udp_len = u16::from_be_bytes([udp[4], udp[5]]) as usize;
+    if u16::from_be_bytes([udp[2], udp[3]]) != ROCE_V2_PORT || udp_len != total - 20 {
+        return None;
+    }
+    let end = L3 + total;
+    let (roce, payload) = RoceRepr::parse(frame.get(BTH..end)?, BTH).ok()?;
+    let mac = |o: usize| crate::ethernet::EthernetAddress([h[o], h[o + 1], h[o + 2], h[o + 3], h[o + 4], h[o + 5]]);
+    Some(ParsedFrame {
+        eth: Some(EthernetRepr { dst_addr: mac(0), src_addr: mac(6), vlan: None, ethertype: EtherType::IPV4 }),
+        ip: IpRepr::V4(Ipv4Repr {
+            src_addr: core::net::Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+            dst_addr: core::net::Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+            dscp: ip[1] >> 2,
+            ecn: crate::Ecn::from_bits(ip[1]),
+            ident: u16::from_be_bytes([ip[4], ip[5]]),
+            dont_frag: flags_frag & 0x4000 != 0,
+            ttl: ip[8],
+            protocol: PROTOCOL_UDP,
+            payload_len: total - 20,
+        }),
+        udp: UdpRepr { src_port: u16::from_be_bytes([udp[0], udp[1]]), dst_port: ROCE_V2_PORT },
+        roce,
+        offsets: Offsets { l3: L3, udp: UDP, bth: BTH, payload: BTH + payload.start, icrc: end - ICRC_LEN, end },
+        bytes: frame,
+    })
 }
 
 /// [`parse_frame`], then [`ParsedFrame::check_icrc`]. An ICRC mismatch is
@@ -476,4 +538,162 @@ pub(crate) fn finish_udp_checksum(l3: &mut [u8]) {
         (p.src_addr().into(), p.dst_addr().into(), crate::ipv4::HEADER_LEN)
     };
     UdpPacket::new_unchecked(&mut l3[ip_hl..]).fill_checksum(src, dst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ext::RethRepr;
+    use crate::{Ecn, EthernetAddress, Opcode, Psn, Qpn};
+    use proptest::prelude::*;
+
+    fn same(a: &ParsedFrame<'_>, b: &ParsedFrame<'_>) -> bool {
+        a.eth == b.eth
+            && a.ip == b.ip
+            && a.udp == b.udp
+            && a.roce == b.roce
+            && a.offsets == b.offsets
+            && core::ptr::eq(a.bytes, b.bytes)
+    }
+
+    fn frame(seed: u64, len: usize, op: Opcode) -> std::vec::Vec<u8> {
+        let b = seed.to_le_bytes();
+        let eth = EthernetRepr {
+            src_addr: EthernetAddress([2, b[0], b[1], b[2], b[3], b[4]]),
+            dst_addr: EthernetAddress([2, b[5], b[6], b[7], 1, 2]),
+            vlan: None,
+            ethertype: EtherType::IPV4,
+        };
+        let ip = IpRepr::V4(Ipv4Repr {
+            src_addr: core::net::Ipv4Addr::from(seed as u32),
+            dst_addr: core::net::Ipv4Addr::from((seed >> 32) as u32),
+            dscp: b[1] & 0x3f,
+            ecn: Ecn::from_bits(b[2]),
+            ident: seed as u16,
+            dont_frag: b[4] & 1 == 1,
+            ttl: b[3],
+            protocol: PROTOCOL_UDP,
+            payload_len: 0,
+        });
+        let udp = UdpRepr { src_port: 0xc000 | (seed as u16 & 0x3fff), dst_port: ROCE_V2_PORT };
+        let has_payload = op.info().unwrap().has_payload;
+        let len = if has_payload { len } else { 0 };
+        let mut ext = ExtHeaders::default();
+        if op.info().unwrap().headers.contains(crate::HeaderKind::Reth) {
+            ext.reth = Some(RethRepr { va: seed, rkey: 7, dma_len: len as u32 });
+        }
+        if op.info().unwrap().headers.contains(crate::HeaderKind::Aeth) {
+            ext.aeth = Some(crate::AethRepr { syndrome: crate::Syndrome::ACK_UNLIMITED, msn: crate::Msn::new(3) });
+        }
+        let roce = RoceRepr {
+            bth: crate::BthRepr {
+                opcode: op,
+                solicited: b[5] & 1 == 1,
+                mig_req: false,
+                pad_count: pad_for(len),
+                pkey: 0xffff,
+                fecn: false,
+                becn: b[6] & 1 == 1,
+                dest_qp: Qpn::new(seed as u32 & 0xff_ffff),
+                ack_req: b[7] & 1 == 1,
+                psn: Psn::new((seed >> 40) as u32 & 0xff_ffff),
+            },
+            ext,
+            payload_len: len,
+        };
+        let mut buf = std::vec![0u8; 2000];
+        let n = emit_frame(&eth, &ip, &udp, &roce, &mut buf, UdpChecksum::Zero, |p| p.fill(b[0])).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    const OPS: [Opcode; 4] =
+        [Opcode::RC_RDMA_WRITE_MIDDLE, Opcode::RC_RDMA_WRITE_FIRST, Opcode::RC_SEND_ONLY, Opcode::RC_ACKNOWLEDGE];
+
+    proptest! {
+        /// The common-case parser returns exactly what the general parser returns, or declines;
+        /// on valid frames and on frames with bytes of their headers changed, cut or extended.
+        #[test]
+        fn common_ipv4_path_matches_general(
+            seed in any::<u64>(), len in 0usize..600, op_i in 0..OPS.len(),
+            edits in proptest::collection::vec((0usize..80, any::<u8>()), 0..3),
+
+            cut in 0usize..8, extra in 0usize..3, fix_csum in any::<bool>(),
+        ) {
+            let mut f = frame(seed, len, OPS[op_i]);
+            for (at, v) in edits {
+                if at < f.len() {
+                    f[at] = v;
+                }
+            }
+            if fix_csum && f.len() >= 34 {
+                // Edited IPv4 headers that still carry a valid checksum reach the later checks.
+                f[24..26].fill(0);
+                let c = crate::ipv4::internet_checksum(&f[14..34]);
+                f[24..26].copy_from_slice(&c.to_be_bytes());
+            }
+            let keep = f.len().saturating_sub(if cut < 4 { cut * 3 } else { 0 });
+            f.truncate(keep);
+            f.extend(core::iter::repeat_n(0xee, extra));
+            let general = parse_general(&f);
+            if let Some(p) = parse_common_ipv4(&f) {
+                let g = general.expect("the general path accepts what the fast path accepts");
+                prop_assert!(same(&p, &g), "{:?} vs {:?}", p, g);
+            }
+            match (parse_frame(&f), general) {
+                (Ok(a), Ok(b)) => prop_assert!(same(&a, &b)),
+                (Err(a), Err(b)) => prop_assert_eq!(a, b),
+                (a, b) => prop_assert!(false, "{:?} vs {:?}", a, b),
+            }
+        }
+    }
+
+    /// Each header field the fast path checks, set to values that must send the frame down the
+    /// general path (or keep it on the fast one), with the IPv4 checksum kept valid: both paths
+    /// agree on every variant.
+    #[test]
+    fn common_ipv4_path_field_by_field() {
+        let base = frame(0x0102_0304_0506_0708, 300, Opcode::RC_RDMA_WRITE_FIRST);
+        let mut variants: std::vec::Vec<(usize, u8)> = std::vec::Vec::new();
+        for v in [0x00, 0x20, 0x40, 0x60, 0x01, 0x41, 0x80] {
+            variants.push((20, v)); // IPv4 flags / fragment offset
+        }
+        for v in [0x46, 0x44, 0x55, 0x65] {
+            variants.push((14, v)); // version / IHL
+        }
+        for v in [6, 17, 0] {
+            variants.push((23, v)); // protocol
+        }
+        for v in [0x00, 0x01, 0xff] {
+            variants.push((17, v)); // total length (low byte)
+            variants.push((39, v)); // UDP length (low byte)
+            variants.push((37, v)); // UDP destination port (low byte)
+        }
+        for v in [0x86, 0x81, 0x00] {
+            variants.push((12, v)); // EtherType high byte
+        }
+        variants.push((42, 0x1f)); // unknown opcode
+        variants.push((43, 0x01)); // TVer
+        for (at, v) in variants {
+            let mut f = base.clone();
+            f[at] = v;
+            f[24..26].fill(0);
+            let c = crate::ipv4::internet_checksum(&f[14..34]);
+            f[24..26].copy_from_slice(&c.to_be_bytes());
+            match (parse_frame(&f), parse_general(&f)) {
+                (Ok(a), Ok(b)) => assert!(same(&a, &b), "byte {at} = {v:#x}"),
+                (Err(a), Err(b)) => assert_eq!(a, b, "byte {at} = {v:#x}"),
+                (a, b) => panic!("byte {at} = {v:#x}: {a:?} vs {b:?}"),
+            }
+        }
+    }
+
+    /// The fast path takes the frames it is for (so the property test compares something).
+    #[test]
+    fn common_ipv4_path_takes_plain_frames() {
+        for (i, op) in OPS.into_iter().enumerate() {
+            let f = frame(0x1234_5678_9abc_def0 + i as u64, 256, op);
+            assert!(parse_common_ipv4(&f).is_some(), "{op:?}");
+        }
+    }
 }

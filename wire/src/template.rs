@@ -127,21 +127,13 @@ impl HeaderTemplate {
         fill: impl FnOnce(&mut PayloadWriter<'_>) -> bool,
     ) -> Result<usize, Error> {
         let (payload, total) = self.stamp(buf, ident, opcode, solicited, ack_req, psn, ext, payload_len)?;
-        // Small payloads: plain copies, then one ICRC pass over the frame (three CRC
-        // finalizations would cost more than the second read of a few hundred bytes).
-        let fused = payload_len >= FUSE_MIN;
-        let head_crc = if fused { icrc::compute(&buf[self.l3..payload])? } else { 0 };
-        let mut w = PayloadWriter { buf: &mut buf[payload..payload + payload_len], at: 0, crc: head_crc, fused };
+        let h = payload - self.l3;
+        let mut w =
+            PayloadWriter { l3: &mut buf[self.l3..total - ICRC_LEN], h, len: payload_len, at: 0, crc: Crc::Fresh };
         if !fill(&mut w) || w.at != payload_len {
             return Err(Error::InvalidRepr { what: "payload writer did not fill the payload" });
         }
-        let crc = w.crc;
-        let end = payload + payload_len;
-        let c = if fused {
-            icrc::continue_crc(crc, &buf[end..end + pad_for(payload_len) as usize])
-        } else {
-            icrc::compute(&buf[self.l3..total - ICRC_LEN])?
-        };
+        let c = w.finish()?;
         self.seal(buf, c, total)
     }
 
@@ -219,13 +211,29 @@ impl HeaderTemplate {
 }
 
 /// Appends a packet's payload for [`HeaderTemplate::emit_copy`]: each piece is copied into the
-/// frame and folded into the running ICRC in the same pass.
+/// frame and, for payloads of [`FUSE_MIN`] bytes and more, folded into the ICRC in the same
+/// pass (a payload appended in one piece: one pass over the whole packet, headers included).
 pub struct PayloadWriter<'a> {
-    buf: &'a mut [u8],
+    /// The packet from the IP header to the end of the pad.
+    l3: &'a mut [u8],
+    /// Payload offset in `l3`.
+    h: usize,
+    len: usize,
     at: usize,
-    crc: u32,
-    /// Fold each piece into `crc` as it is copied (else the caller CRCs the frame afterwards).
-    fused: bool,
+    crc: Crc,
+}
+
+/// How far a [`PayloadWriter`]'s ICRC has got.
+#[derive(Clone, Copy)]
+enum Crc {
+    /// Nothing appended yet.
+    Fresh,
+    /// Plain copies: the ICRC is computed over the packet at the end.
+    Later,
+    /// The CRC of `l3[..h + at]` (masked headers, the payload so far).
+    Running(u32),
+    /// The ICRC of the whole packet (one-pass kernel).
+    Done(u32),
 }
 
 /// Payloads from this size on are copied and CRC-ed in one pass.
@@ -234,22 +242,55 @@ const FUSE_MIN: usize = 512;
 impl PayloadWriter<'_> {
     /// Bytes still to append.
     pub fn remaining(&self) -> usize {
-        self.buf.len() - self.at
+        self.len - self.at
     }
 
     /// Append `src`; `false` (nothing appended) if it does not fit.
     #[inline]
     pub fn copy(&mut self, src: &[u8]) -> bool {
-        let Some(dst) = self.buf.get_mut(self.at..self.at + src.len()) else { return false };
-        if self.fused {
-            if !icrc::copy_and_continue(&mut self.crc, src, dst) {
-                return false;
+        if src.len() > self.remaining() {
+            return false;
+        }
+        let start = self.h + self.at;
+        match self.crc {
+            Crc::Fresh if self.len >= FUSE_MIN && src.len() == self.len => {
+                if let Some(c) = icrc::copy_payload_icrc(self.l3, self.h, src) {
+                    self.crc = Crc::Done(c);
+                    self.at = self.len;
+                    return true;
+                }
+                let Ok(c) = icrc::compute(&self.l3[..self.h]) else { return false };
+                self.crc = Crc::Running(c);
+                return self.copy(src);
             }
-        } else {
-            dst.copy_from_slice(src);
+            Crc::Fresh if self.len >= FUSE_MIN => {
+                let Ok(c) = icrc::compute(&self.l3[..self.h]) else { return false };
+                self.crc = Crc::Running(c);
+                return self.copy(src);
+            }
+            Crc::Fresh | Crc::Later => {
+                self.l3[start..start + src.len()].copy_from_slice(src);
+                self.crc = Crc::Later;
+            }
+            Crc::Running(mut c) => {
+                if !icrc::copy_and_continue(&mut c, src, &mut self.l3[start..start + src.len()]) {
+                    return false;
+                }
+                self.crc = Crc::Running(c);
+            }
+            Crc::Done(_) => return src.is_empty(),
         }
         self.at += src.len();
         true
+    }
+
+    /// The ICRC of the packet, once the payload is complete.
+    fn finish(&self) -> Result<u32, Error> {
+        match self.crc {
+            Crc::Done(c) => Ok(c),
+            Crc::Running(c) => Ok(icrc::continue_crc(c, &self.l3[self.h + self.len..])),
+            Crc::Fresh | Crc::Later => icrc::compute(self.l3),
+        }
     }
 }
 
@@ -392,6 +433,10 @@ mod tests {
             }).unwrap();
             prop_assert_eq!(k, m);
             prop_assert_eq!(&c[..k], &b[..m]);
+            // And in one piece (the one-pass kernel for large payloads).
+            let mut d = vec![0xc3u8; 9300];
+            let k = t.emit_copy(&mut d, ident, op, se, ack_req, Psn::new(psn), &ext, len, |w| w.copy(&payload)).unwrap();
+            prop_assert_eq!(&d[..k], &b[..m]);
         }
     }
 

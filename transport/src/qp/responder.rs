@@ -547,6 +547,9 @@ impl Qp {
 
     /// Produce the next response packet, if any.
     pub(crate) fn poll_response(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if self.resp.out.is_empty() {
+            return None;
+        }
         loop {
             match self.emit_response(ctx, buf)? {
                 Ok(len) => {
