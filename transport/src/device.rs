@@ -756,19 +756,18 @@ impl Device {
     /// Feed one received Ethernet frame.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), RxDrop> {
         let parsed = if self.cfg.check_icrc { parse_frame_verified(frame) } else { parse_frame(frame) };
-        let p = match parsed {
-            Ok(p) => p,
-            Err(e) if e.is_not_roce() => return Err(RxDrop::NotRoce),
+        match &parsed {
+            Ok(p) => self.handle_parsed(now, p),
+            Err(e) if e.is_not_roce() => Err(RxDrop::NotRoce),
             Err(uroce_wire::Error::IcrcMismatch { .. }) => {
                 self.counters.icrc_err += 1;
-                return Err(RxDrop::Icrc);
+                Err(RxDrop::Icrc)
             }
             Err(e) => {
                 self.counters.malformed_pkts += 1;
-                return Err(RxDrop::Malformed(e));
+                Err(RxDrop::Malformed(*e))
             }
-        };
-        self.handle_parsed(now, &p)
+        }
     }
 
     /// Feed one received frame that is already parsed and whose ICRC the caller verified (or

@@ -135,18 +135,67 @@ impl SendWqe {
     }
 }
 
-/// A posted receive work request.
+/// A posted receive work request (its scatter list lives in [`RecvQueue`]'s slot).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RecvWqe {
     pub wr_id: u64,
-    pub sges: [Sge; MAX_SGE],
-    pub num_sge: usize,
     pub length: u64,
+    slot: u32,
+    num_sge: u32,
 }
 
-impl RecvWqe {
-    pub fn sges(&self) -> &[Sge] {
-        &self.sges[..self.num_sge]
+/// The receive queue: WQEs in posting order, their scatter lists in preallocated slots of
+/// `max_recv_sge` entries (a post copies only the SGEs it has, nothing is allocated).
+#[derive(Debug)]
+pub(crate) struct RecvQueue {
+    wqes: VecDeque<RecvWqe>,
+    sges: Vec<Sge>,
+    per: usize,
+    depth: u32,
+    next_slot: u32,
+}
+
+impl RecvQueue {
+    fn new(depth: u32, max_sge: u32) -> RecvQueue {
+        let per = (max_sge as usize).clamp(1, MAX_SGE);
+        let n = depth.max(1);
+        RecvQueue {
+            wqes: VecDeque::with_capacity(n as usize),
+            sges: vec![Sge::default(); n as usize * per],
+            per,
+            depth: n,
+            next_slot: 0,
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.wqes.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.wqes.is_empty()
+    }
+    /// Queue a WQE; the caller checked the depth and `sges.len() <= max_recv_sge`.
+    pub fn push(&mut self, wr_id: u64, sges: &[Sge]) {
+        let slot = self.next_slot;
+        self.next_slot = (slot + 1) % self.depth;
+        let n = sges.len().min(self.per);
+        let at = slot as usize * self.per;
+        self.sges[at..at + n].copy_from_slice(&sges[..n]);
+        let length = sges[..n].iter().map(|s| s.length as u64).sum();
+        self.wqes.push_back(RecvWqe { wr_id, length, slot, num_sge: n as u32 });
+    }
+    pub fn front(&self) -> Option<RecvWqe> {
+        self.wqes.front().copied()
+    }
+    /// The scatter list of a queued WQE.
+    pub fn sges(&self, w: &RecvWqe) -> &[Sge] {
+        let at = w.slot as usize * self.per;
+        &self.sges[at..at + w.num_sge as usize]
+    }
+    pub fn pop_front(&mut self) -> Option<RecvWqe> {
+        self.wqes.pop_front()
+    }
+    pub fn clear(&mut self) {
+        self.wqes.clear();
     }
 }
 
@@ -201,7 +250,7 @@ pub struct Qp {
     pub(crate) state: QpState,
     pub(crate) attr: QpAttr,
     pub(crate) sq: SendQueue,
-    pub(crate) rq: VecDeque<RecvWqe>,
+    pub(crate) rq: RecvQueue,
     pub(crate) req: requester::Requester,
     pub(crate) resp: responder::Responder,
     /// Headers of every frame this QP sends (built when the path is set).
@@ -234,7 +283,7 @@ impl Qp {
             state: QpState::Reset,
             attr: QpAttr::default(),
             sq: SendQueue::new(init.cap.max_send_wr as usize, init.cap.max_inline_data as usize),
-            rq: VecDeque::with_capacity(init.cap.max_recv_wr as usize),
+            rq: RecvQueue::new(init.cap.max_recv_wr, init.cap.max_recv_sge),
             req: requester::Requester::default(),
             resp: responder::Responder::default(),
             template: None,

@@ -158,10 +158,7 @@ impl Qp {
         if self.rq.len() >= self.cap.max_recv_wr as usize {
             return Err(VerbsError::QueueFull);
         }
-        let mut sges = [Sge::default(); super::MAX_SGE];
-        sges[..wr.sg_list.len()].copy_from_slice(wr.sg_list);
-        let length = wr.sg_list.iter().map(|s| s.length as u64).sum();
-        self.rq.push_back(RecvWqe { wr_id: wr.wr_id, sges, num_sge: wr.sg_list.len(), length });
+        self.rq.push(wr.wr_id, wr.sg_list);
         if self.state == QpState::Err {
             self.flush(ctx);
         }
@@ -300,7 +297,7 @@ impl Qp {
             InMsg::Send { off } => off,
             _ => 0,
         };
-        let Some(&wqe) = self.rq.front() else { return Err(RespError::Rnr) };
+        let Some(wqe) = self.rq.front() else { return Err(RespError::Rnr) };
         let payload = p.payload();
         if off + payload.len() as u64 > wqe.length {
             // The message does not fit the receive buffer: local length error here, invalid
@@ -310,7 +307,7 @@ impl Qp {
             self.resp.msg = InMsg::None;
             return Err(RespError::InvalidRequest);
         }
-        if let Err(st) = scatter(ctx.mrs, self.pd, wqe.sges(), off, payload) {
+        if let Err(st) = scatter(ctx.mrs, self.pd, self.rq.sges(&wqe), off, payload) {
             self.rq.pop_front();
             self.complete_recv(ctx, &wqe, WcOpcode::Recv, st, 0, 0, WcFlags::NONE);
             self.resp.msg = InMsg::None;
