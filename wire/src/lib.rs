@@ -32,16 +32,19 @@
 //! | [`psn`] | 24-bit PSN/MSN/QPN arithmetic |
 //! | [`packet`] | whole-frame parse ([`parse_frame`], [`parse_ip`]) and emit ([`FrameRepr`]) |
 //! | [`cnp`] | Congestion Notification Packets in the layout ConnectX emits |
+//! | [`copy`] | bulk copies of received payload into memory regions |
 //! | [`template`] | per-flow header templates: the transmit path's copy-and-patch emit |
 #![cfg_attr(not(feature = "std"), no_std)]
-// No unsafe code, except the ICRC's PCLMULQDQ kernel (`icrc_clmul.rs`: CPU-feature intrinsics,
-// no memory-safety precondition; every load is from a bounds-checked 16-byte array).
+// No unsafe code, except the ICRC's PCLMULQDQ kernels (`icrc_clmul.rs`: CPU-feature intrinsics,
+// no memory-safety precondition; every access is through a bounds-checked array or subslice),
+// and the string-move copy in `copy.rs` (two slices' pointers and length).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod aeth;
 pub mod bth;
 pub mod cnp;
+pub mod copy;
 mod error;
 pub mod ethernet;
 pub mod ext;

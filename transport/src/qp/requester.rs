@@ -134,7 +134,7 @@ pub(crate) fn scatter(mrs: &mut MrTable, pd: PdHandle, sges: &[Sge], mut off: u6
         let dst = mrs
             .slice_mut(sge.lkey, pd, sge.addr + off, n, AccessFlags::LOCAL_WRITE)
             .map_err(|_| WcStatus::LocProtErr)?;
-        dst.copy_from_slice(&src[done..done + n]);
+        uroce_wire::copy::bulk_copy(dst, &src[done..done + n]);
         done += n;
         off = 0;
     }

@@ -395,7 +395,7 @@ impl Qp {
                 .mrs
                 .slice_mut(rkey, self.pd, va, payload.len(), AccessFlags::REMOTE_WRITE)
                 .map_err(|_| RespError::RemoteAccess)?;
-            dst.copy_from_slice(payload);
+            uroce_wire::copy::bulk_copy(dst, payload);
         }
         self.resp.epsn = self.resp.epsn.add(1);
         if pos.is_end() {

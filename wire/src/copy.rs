@@ -1,0 +1,55 @@
+//! Bulk copies of payload into memory regions.
+//!
+//! A received payload is copied from the frame into the destination region, whose lines are
+//! usually not in the cache (a large transfer streams through it). A vector copy loop, what
+//! `memcpy` runs below its string-move threshold (8 KiB with AVX-512 in glibc), reads each
+//! destination line for ownership before overwriting it completely; the CPU's fast string move
+//! (`rep movsb` with ERMS, every x86-64 since 2012) writes whole lines without that read, and
+//! its stores do not hold up the store buffer the way 64 vector stores that each miss do.
+//! Measured on the engine benchmark (1 MiB WRITEs at 4096 MTU): about 5 % less time per message.
+
+/// Copy `src` into `dst`; `false` (nothing copied) if their lengths differ.
+#[inline]
+pub fn bulk_copy(dst: &mut [u8], src: &[u8]) -> bool {
+    if dst.len() != src.len() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    if src.len() >= 1024 {
+        // SAFETY: `src` is valid for reading and `dst` for writing `len` bytes, and they do not
+        // overlap (a shared and an exclusive borrow). `rep movsb` copies exactly RCX bytes
+        // forward from RSI to RDI (DF is clear at every Rust function boundary, per the ABI).
+        unsafe {
+            core::arch::asm!(
+                "rep movsb",
+                inout("rcx") src.len() => _,
+                inout("rsi") src.as_ptr() => _,
+                inout("rdi") dst.as_mut_ptr() => _,
+                options(nostack, preserves_flags)
+            );
+        }
+        return true;
+    }
+    dst.copy_from_slice(src);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_every_length_exactly() {
+        let src: std::vec::Vec<u8> = (0..9000u32).map(|i| (i * 31 + 7) as u8).collect();
+        for len in [0, 1, 63, 1023, 1024, 1025, 4096, 4097, 8990] {
+            for off in [0, 1, 54] {
+                let mut dst = std::vec![0xaau8; len + 128];
+                assert!(bulk_copy(&mut dst[off..off + len], &src[3..3 + len]));
+                assert_eq!(&dst[off..off + len], &src[3..3 + len], "len {len}");
+                assert!(dst[..off].iter().chain(&dst[off + len..]).all(|&b| b == 0xaa), "len {len}");
+            }
+        }
+        assert!(!bulk_copy(&mut [0u8; 3], &[1u8; 4]));
+    }
+}
