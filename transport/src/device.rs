@@ -295,6 +295,8 @@ pub struct Device {
     /// pair; `ident_slots` finds a pair's slot.
     idents: Vec<u16>,
     ident_slots: std::collections::HashMap<(IpAddr, IpAddr), u32>,
+    /// The GID table's addresses (what a received frame's destination must be one of).
+    local_ips: Vec<IpAddr>,
 }
 
 const MAX_QP_WR: u32 = 16384; // rxe RXE_MAX_QP_WR
@@ -305,7 +307,9 @@ impl Device {
     /// A device with no objects.
     pub fn new(cfg: DeviceConfig) -> Device {
         let rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let local_ips = cfg.gids.iter().map(|g| g.to_ip()).collect();
         Device {
+            local_ips,
             cfg,
             rng,
             pds: Vec::new(),
@@ -774,7 +778,7 @@ impl Device {
     /// chose not to: an I/O layer that reconstructs headers a UDP socket does not deliver).
     pub fn handle_parsed(&mut self, now: Instant, p: &ParsedFrame<'_>) -> Result<(), RxDrop> {
         let dst = p.ip.dst_addr();
-        if !self.cfg.gids.iter().any(|g| g.to_ip() == dst) {
+        if !self.local_ips.contains(&dst) {
             self.counters.dropped_wrong_dst += 1;
             return Err(RxDrop::WrongDestination);
         }
