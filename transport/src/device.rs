@@ -226,7 +226,8 @@ impl FrameTemplate {
         fill: impl FnOnce(&mut PayloadWriter<'_>) -> bool,
     ) -> Option<usize> {
         let ident = self.next_ident(idents);
-        self.hdr.emit_copy(buf, ident, opcode, solicited, ack_req, psn, ext, payload_len, fill).ok()
+        let f = PacketFields { ident, opcode, solicited, ack_req, psn };
+        self.hdr.emit_copy(buf, f, ext, payload_len, fill).ok()
     }
 
     /// The IPv4 identification of the next frame (and count it).

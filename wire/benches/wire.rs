@@ -94,9 +94,13 @@ fn bench(c: &mut Criterion) {
         let (op, ext) = (r.roce.bth.opcode, r.roce.ext);
         g.bench_function(BenchmarkId::new("template_build_with_payload_and_icrc", size), |b| {
             b.iter(|| {
-                t.emit_copy(&mut out, 7, op, false, false, Psn::new(0x9a611b), black_box(&ext), size, |w| {
-                    w.copy(&payload)
-                })
+                t.emit_copy(
+                    &mut out,
+                    PacketFields { ident: 7, opcode: op, solicited: false, ack_req: false, psn: Psn::new(0x9a611b) },
+                    black_box(&ext),
+                    size,
+                    |w| w.copy(&payload),
+                )
                 .unwrap()
             })
         });

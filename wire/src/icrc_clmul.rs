@@ -20,25 +20,33 @@ const K5: i64 = 0x163cd6124;
 const P_X: i64 = 0x1DB710641;
 const U_PRIME: i64 = 0x1F7011641;
 
+/// A CPU-feature answer worked out once: 0 unknown, 1 no, 2 yes (one relaxed load after the
+/// first call; std caches the CPUID bits the same way).
+#[cfg(feature = "std")]
+fn cached(flag: &core::sync::atomic::AtomicU8, detect: impl FnOnce() -> bool) -> bool {
+    use core::sync::atomic::Ordering;
+    match flag.load(Ordering::Relaxed) {
+        2 => true,
+        1 => false,
+        _ => {
+            let yes = detect();
+            flag.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
 /// Whether the CPU has what [`crc_masked`] needs.
 #[inline]
 pub(crate) fn available() -> bool {
     #[cfg(feature = "std")]
     {
-        // One relaxed load after the first call (std caches the CPUID bits the same way).
-        use core::sync::atomic::{AtomicU8, Ordering};
-        static HAVE: AtomicU8 = AtomicU8::new(0); // 0 unknown, 1 no, 2 yes
-        match HAVE.load(Ordering::Relaxed) {
-            2 => true,
-            1 => false,
-            _ => {
-                let yes = std::is_x86_feature_detected!("pclmulqdq")
-                    && std::is_x86_feature_detected!("sse4.1")
-                    && std::is_x86_feature_detected!("ssse3");
-                HAVE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
-                yes
-            }
-        }
+        static HAVE: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+        cached(&HAVE, || {
+            std::is_x86_feature_detected!("pclmulqdq")
+                && std::is_x86_feature_detected!("sse4.1")
+                && std::is_x86_feature_detected!("ssse3")
+        })
     }
     #[cfg(not(feature = "std"))]
     {
@@ -160,25 +168,18 @@ fn partial_block(data: &[u8]) -> u128 {
     }
 }
 
-/// Whether the CPU has what [`copy_crc_avx512`] needs.
+/// Whether the CPU has what [`copy_crc_avx512`] and [`crc_masked_wide`] need.
 #[inline]
 pub(crate) fn wide_available() -> bool {
     #[cfg(feature = "std")]
     {
-        use core::sync::atomic::{AtomicU8, Ordering};
-        static HAVE: AtomicU8 = AtomicU8::new(0); // 0 unknown, 1 no, 2 yes
-        match HAVE.load(Ordering::Relaxed) {
-            2 => true,
-            1 => false,
-            _ => {
-                let yes = available()
-                    && std::is_x86_feature_detected!("avx512f")
-                    && std::is_x86_feature_detected!("vpclmulqdq")
-                    && std::is_x86_feature_detected!("avx2");
-                HAVE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
-                yes
-            }
-        }
+        static HAVE: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+        cached(&HAVE, || {
+            available()
+                && std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("vpclmulqdq")
+                && std::is_x86_feature_detected!("avx2")
+        })
     }
     #[cfg(not(feature = "std"))]
     {
@@ -232,16 +233,7 @@ pub(crate) unsafe fn copy_crc_avx512(init: u32, src: &[u8], dst: &mut [u8]) -> O
         let mut v0 = step(0)?;
         let (mut v1, mut v2, mut v3) = (step(64)?, step(128)?, step(192)?);
         v0 = arch::_mm512_xor_si512(v0, arch::_mm512_castsi128_si512(arch::_mm_cvtsi32_si128(!crc as i32)));
-        let k = arch::_mm512_set_epi64(
-            K_2048_HIGH,
-            K_2048_LOW,
-            K_2048_HIGH,
-            K_2048_LOW,
-            K_2048_HIGH,
-            K_2048_LOW,
-            K_2048_HIGH,
-            K_2048_LOW,
-        );
+        let k = k_2048();
         let mut i = 256;
         while i < bulk {
             v0 = fold512(v0, step(i)?, k);
@@ -250,15 +242,7 @@ pub(crate) unsafe fn copy_crc_avx512(init: u32, src: &[u8], dst: &mut [u8]) -> O
             v3 = fold512(v3, step(i + 192)?, k);
             i += 256;
         }
-        // Four accumulators → one (fold by 512 bits), four lanes → one (fold by 128 bits).
-        let k1k2 = arch::_mm512_set_epi64(K2, K1, K2, K1, K2, K1, K2, K1);
-        let v = fold512(fold512(fold512(v0, v1, k1k2), v2, k1k2), v3, k1k2);
-        let k3k4 = arch::_mm_set_epi64x(K4, K3);
-        let mut x = arch::_mm512_castsi512_si128(v);
-        x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 1), k3k4);
-        x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 2), k3k4);
-        x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 3), k3k4);
-        crc = reduce_to_crc(x, &[]);
+        crc = reduce_to_crc(lanes_to_128(collapse4(v0, v1, v2, v3)), &[]);
     }
     let tail = dst.get_mut(bulk..)?;
     tail.copy_from_slice(src.get(bulk..)?);
@@ -270,10 +254,65 @@ pub(crate) unsafe fn copy_crc_avx512(init: u32, src: &[u8], dst: &mut [u8]) -> O
     Some(crc)
 }
 
+/// The fold constants for 16 streams in four ZMM registers (2048 bits), in every lane.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn k_2048() -> arch::__m512i {
+    arch::_mm512_set_epi64(
+        K_2048_HIGH,
+        K_2048_LOW,
+        K_2048_HIGH,
+        K_2048_LOW,
+        K_2048_HIGH,
+        K_2048_LOW,
+        K_2048_HIGH,
+        K_2048_LOW,
+    )
+}
+
+/// The fold constants for one ZMM register's worth (512 bits), in every lane.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn k_512() -> arch::__m512i {
+    arch::_mm512_set_epi64(K2, K1, K2, K1, K2, K1, K2, K1)
+}
+
+/// Four accumulators (in stream order) folded into one.
+#[inline]
+#[target_feature(enable = "avx512f", enable = "vpclmulqdq")]
+fn collapse4(v0: arch::__m512i, v1: arch::__m512i, v2: arch::__m512i, v3: arch::__m512i) -> arch::__m512i {
+    let k = k_512();
+    fold512(fold512(fold512(v0, v1, k), v2, k), v3, k)
+}
+
+/// The four 128-bit lanes of an accumulator (in stream order) folded into one.
+#[inline]
+#[target_feature(enable = "avx512f", enable = "pclmulqdq")]
+fn lanes_to_128(v: arch::__m512i) -> arch::__m128i {
+    let k3k4 = arch::_mm_set_epi64x(K4, K3);
+    let mut x = arch::_mm512_castsi512_si128(v);
+    // SAFETY: only needs the CPU features this function is compiled for.
+    x = unsafe { reduce128(x, arch::_mm512_extracti32x4_epi32(v, 1), k3k4) };
+    x = unsafe { reduce128(x, arch::_mm512_extracti32x4_epi32(v, 2), k3k4) };
+    unsafe { reduce128(x, arch::_mm512_extracti32x4_epi32(v, 3), k3k4) }
+}
+
+/// Up to four 16-byte masks as one 64-byte register (missing ones zero).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn masks_512(masks: &[u128]) -> arch::__m512i {
+    let mut m = [0i64; 8];
+    for (i, &w) in masks.iter().take(4).enumerate() {
+        m[2 * i] = w as i64;
+        m[2 * i + 1] = (w >> 64) as i64;
+    }
+    arch::_mm512_set_epi64(m[7], m[6], m[5], m[4], m[3], m[2], m[1], m[0])
+}
+
 /// Fold `a` forward by the distance `k` encodes and add `b`, in each 128-bit lane.
 #[inline]
 #[target_feature(enable = "avx512f", enable = "vpclmulqdq")]
-unsafe fn fold512(a: arch::__m512i, b: arch::__m512i, k: arch::__m512i) -> arch::__m512i {
+fn fold512(a: arch::__m512i, b: arch::__m512i, k: arch::__m512i) -> arch::__m512i {
     let t1 = arch::_mm512_clmulepi64_epi128(a, k, 0x00);
     let t2 = arch::_mm512_clmulepi64_epi128(a, k, 0x11);
     // b ^ t1 ^ t2 in one instruction.
@@ -308,25 +347,11 @@ pub(crate) unsafe fn crc_masked_wide(init: u32, data: &[u8], masks: &[u128]) -> 
         // SAFETY: `s` is exactly 64 readable bytes; `loadu` has no alignment requirement.
         Some(unsafe { arch::_mm512_loadu_si512(s.as_ptr().cast()) })
     };
-    let mut m = [0i64; 8];
-    for (i, &w) in masks.iter().enumerate() {
-        m[2 * i] = w as i64;
-        m[2 * i + 1] = (w >> 64) as i64;
-    }
-    let mask = arch::_mm512_set_epi64(m[7], m[6], m[5], m[4], m[3], m[2], m[1], m[0]);
+    let mask = masks_512(masks);
     let mut v0 = arch::_mm512_or_si512(load(0)?, mask);
     v0 = arch::_mm512_xor_si512(v0, arch::_mm512_castsi128_si512(arch::_mm_cvtsi32_si128(!init as i32)));
     let (mut v1, mut v2, mut v3) = (load(64)?, load(128)?, load(192)?);
-    let k2048 = arch::_mm512_set_epi64(
-        K_2048_HIGH,
-        K_2048_LOW,
-        K_2048_HIGH,
-        K_2048_LOW,
-        K_2048_HIGH,
-        K_2048_LOW,
-        K_2048_HIGH,
-        K_2048_LOW,
-    );
+    let k2048 = k_2048();
     let mut i = 256;
     while i + 256 <= data.len() {
         v0 = fold512(v0, load(i)?, k2048);
@@ -335,18 +360,13 @@ pub(crate) unsafe fn crc_masked_wide(init: u32, data: &[u8], masks: &[u128]) -> 
         v3 = fold512(v3, load(i + 192)?, k2048);
         i += 256;
     }
-    let k1k2 = arch::_mm512_set_epi64(K2, K1, K2, K1, K2, K1, K2, K1);
-    let mut v = fold512(fold512(fold512(v0, v1, k1k2), v2, k1k2), v3, k1k2);
+    let k1k2 = k_512();
+    let mut v = collapse4(v0, v1, v2, v3);
     while i + 64 <= data.len() {
         v = fold512(v, load(i)?, k1k2);
         i += 64;
     }
-    let k3k4 = arch::_mm_set_epi64x(K4, K3);
-    let mut x = arch::_mm512_castsi512_si128(v);
-    x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 1), k3k4);
-    x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 2), k3k4);
-    x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 3), k3k4);
-    Some(reduce_to_crc(x, data.get(i..)?))
+    Some(reduce_to_crc(lanes_to_128(v), data.get(i..)?))
 }
 
 /// Whether the CPU has what [`copy_icrc_stream`] needs ([`wide_available`] and AVX-512BW's
@@ -355,17 +375,8 @@ pub(crate) unsafe fn crc_masked_wide(init: u32, data: &[u8], masks: &[u128]) -> 
 pub(crate) fn stream_available() -> bool {
     #[cfg(feature = "std")]
     {
-        use core::sync::atomic::{AtomicU8, Ordering};
-        static HAVE: AtomicU8 = AtomicU8::new(0); // 0 unknown, 1 no, 2 yes
-        match HAVE.load(Ordering::Relaxed) {
-            2 => true,
-            1 => false,
-            _ => {
-                let yes = wide_available() && std::is_x86_feature_detected!("avx512bw");
-                HAVE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
-                yes
-            }
-        }
+        static HAVE: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+        cached(&HAVE, || wide_available() && std::is_x86_feature_detected!("avx512bw"))
     }
     #[cfg(not(feature = "std"))]
     {
@@ -438,25 +449,11 @@ pub(crate) unsafe fn copy_icrc_stream(init: u32, l3: &mut [u8], h: usize, src: &
         unsafe { arch::_mm512_mask_storeu_epi8(d.as_mut_ptr().cast(), !hdr_lanes, pv) };
         Some(arch::_mm512_or_si512(hv, pv))
     };
-    let mut m = [0i64; 8];
-    for (i, &w) in masks.iter().enumerate() {
-        m[2 * i] = w as i64;
-        m[2 * i + 1] = (w >> 64) as i64;
-    }
-    let mask = arch::_mm512_set_epi64(m[7], m[6], m[5], m[4], m[3], m[2], m[1], m[0]);
+    let mask = masks_512(masks);
     let mut v0 = arch::_mm512_or_si512(chunk(0)?, mask);
     v0 = arch::_mm512_xor_si512(v0, arch::_mm512_castsi128_si512(arch::_mm_cvtsi32_si128(!init as i32)));
     let (mut v1, mut v2, mut v3) = (chunk(64)?, chunk(128)?, chunk(192)?);
-    let k2048 = arch::_mm512_set_epi64(
-        K_2048_HIGH,
-        K_2048_LOW,
-        K_2048_HIGH,
-        K_2048_LOW,
-        K_2048_HIGH,
-        K_2048_LOW,
-        K_2048_HIGH,
-        K_2048_LOW,
-    );
+    let k2048 = k_2048();
     let bulk = end / 256 * 256;
     let mut i = 256;
     while i < bulk {
@@ -469,8 +466,8 @@ pub(crate) unsafe fn copy_icrc_stream(init: u32, l3: &mut [u8], h: usize, src: &
     // The rest of the payload (< 256 bytes; `bulk >= 256 > h`), then fold what follows in the
     // frame (that payload, then the pad) from `l3`, still in L1.
     l3.get_mut(bulk..end)?.copy_from_slice(src.get(bulk - h..)?);
-    let k1k2 = arch::_mm512_set_epi64(K2, K1, K2, K1, K2, K1, K2, K1);
-    let mut v = fold512(fold512(fold512(v0, v1, k1k2), v2, k1k2), v3, k1k2);
+    let k1k2 = k_512();
+    let mut v = collapse4(v0, v1, v2, v3);
     let load = |i: usize| -> Option<arch::__m512i> {
         let s = l3.get(i..)?.first_chunk::<64>()?;
         // SAFETY: 64 readable bytes.
@@ -480,10 +477,5 @@ pub(crate) unsafe fn copy_icrc_stream(init: u32, l3: &mut [u8], h: usize, src: &
         v = fold512(v, load(i)?, k1k2);
         i += 64;
     }
-    let k3k4 = arch::_mm_set_epi64x(K4, K3);
-    let mut x = arch::_mm512_castsi512_si128(v);
-    x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 1), k3k4);
-    x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 2), k3k4);
-    x = reduce128(x, arch::_mm512_extracti32x4_epi32(v, 3), k3k4);
-    Some(reduce_to_crc(x, l3.get(i..)?))
+    Some(reduce_to_crc(lanes_to_128(v), l3.get(i..)?))
 }

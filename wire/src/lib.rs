@@ -74,7 +74,7 @@ pub use packet::{
     UdpChecksum,
 };
 pub use psn::{Msn, Psn, Qpn};
-pub use template::{HeaderTemplate, PayloadWriter};
+pub use template::{HeaderTemplate, PacketFields, PayloadWriter};
 pub use udp::{UdpPacket, UdpRepr, ROCE_V2_PORT};
 
 /// Bytes of the invariant CRC that ends every RoCEv2 UDP payload.

@@ -22,6 +22,21 @@ use crate::{icrc, BthRepr, ICRC_LEN};
 /// Bytes of the largest rendered prefix: 802.1Q Ethernet (18) + IPv6 (40) + UDP (8) + BTH (12).
 const MAX_PREFIX: usize = 18 + 40 + 8 + BTH_LEN;
 
+/// What changes from packet to packet of a flow (besides the extension headers and payload).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PacketFields {
+    /// IPv4 identification (ignored for IPv6).
+    pub ident: u16,
+    /// BTH opcode.
+    pub opcode: Opcode,
+    /// BTH SE (solicited event).
+    pub solicited: bool,
+    /// BTH AckReq.
+    pub ack_req: bool,
+    /// BTH PSN.
+    pub psn: crate::Psn,
+}
+
 /// The fixed part of every frame of one flow, ready to be stamped into a transmit buffer.
 #[derive(Clone, Debug)]
 pub struct HeaderTemplate {
@@ -82,26 +97,20 @@ impl HeaderTemplate {
         self.l3
     }
 
-    /// Emit one frame into `buf`: the template's headers with `ident` (IPv4 identification;
-    /// ignored for IPv6), a BTH with `opcode`, `solicited`, `ack_req` and `psn`, the extension
-    /// headers `ext` (exactly those the opcode requires), `payload_len` payload bytes written by
+    /// Emit one frame into `buf`: the template's headers with the per-packet fields `f` (IPv4
+    /// identification; BTH opcode, SE, AckReq, PSN), the extension headers `ext` (exactly those the opcode requires), `payload_len` payload bytes written by
     /// `fill`, zero pad, the ICRC and (if the template says so) the UDP checksum. Returns the
     /// frame length. Byte for byte what [`emit_frame`] writes for the same reprs.
-    #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn emit(
         &self,
         buf: &mut [u8],
-        ident: u16,
-        opcode: Opcode,
-        solicited: bool,
-        ack_req: bool,
-        psn: crate::Psn,
+        f: PacketFields,
         ext: &ExtHeaders,
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<usize, Error> {
-        let (payload, total) = self.stamp(buf, ident, opcode, solicited, ack_req, psn, ext, payload_len)?;
+        let (payload, total) = self.stamp(buf, f, ext, payload_len)?;
         fill(&mut buf[payload..payload + payload_len]);
         let icrc_at = total - ICRC_LEN;
         let c = icrc::compute(&buf[self.l3..icrc_at])?;
@@ -112,21 +121,16 @@ impl HeaderTemplate {
     /// which copies each piece into the frame and folds it into the ICRC in the same pass.
     /// `fill` must append exactly `payload_len` bytes and return `true`; otherwise nothing valid
     /// is emitted and the result is an error.
-    #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn emit_copy(
         &self,
         buf: &mut [u8],
-        ident: u16,
-        opcode: Opcode,
-        solicited: bool,
-        ack_req: bool,
-        psn: crate::Psn,
+        f: PacketFields,
         ext: &ExtHeaders,
         payload_len: usize,
         fill: impl FnOnce(&mut PayloadWriter<'_>) -> bool,
     ) -> Result<usize, Error> {
-        let (payload, total) = self.stamp(buf, ident, opcode, solicited, ack_req, psn, ext, payload_len)?;
+        let (payload, total) = self.stamp(buf, f, ext, payload_len)?;
         let h = payload - self.l3;
         let mut w =
             PayloadWriter { l3: &mut buf[self.l3..total - ICRC_LEN], h, len: payload_len, at: 0, crc: Crc::Fresh };
@@ -139,19 +143,15 @@ impl HeaderTemplate {
 
     /// Write the headers of a frame and zero its pad; returns the payload offset and the frame
     /// length.
-    #[allow(clippy::too_many_arguments)]
     #[inline]
     fn stamp(
         &self,
         buf: &mut [u8],
-        ident: u16,
-        opcode: Opcode,
-        solicited: bool,
-        ack_req: bool,
-        psn: crate::Psn,
+        f: PacketFields,
         ext: &ExtHeaders,
         payload_len: usize,
     ) -> Result<(usize, usize), Error> {
+        let PacketFields { ident, opcode, solicited, ack_req, psn } = f;
         let info = opcode.info().ok_or(Error::InvalidRepr { what: "unknown opcode" })?;
         ext.check(info)?;
         if !info.has_payload && payload_len != 0 {
@@ -410,7 +410,7 @@ mod tests {
             let ext = ext_for(op, x);
             let fill = |p: &mut [u8]| p.iter_mut().enumerate().for_each(|(i, b)| *b = (i as u8) ^ (x as u8));
             let mut a = vec![0xa5u8; 9300];
-            let n = t.emit(&mut a, ident, op, se, ack_req, Psn::new(psn), &ext, len, fill).unwrap();
+            let n = t.emit(&mut a, PacketFields { ident, opcode: op, solicited: se, ack_req, psn: Psn::new(psn) }, &ext, len, fill).unwrap();
             let mut ip2 = ip;
             if let IpRepr::V4(v4) = &mut ip2 { v4.ident = ident; }
             let roce = RoceRepr {
@@ -428,16 +428,20 @@ mod tests {
             let cut1 = (x as usize >> 8) % (len + 1);
             let cut2 = cut1 + (x as usize >> 20) % (len - cut1 + 1);
             let mut c = vec![0x3cu8; 9300];
-            let k = t.emit_copy(&mut c, ident, op, se, ack_req, Psn::new(psn), &ext, len, |w| {
+            let k = t.emit_copy(&mut c, PacketFields { ident, opcode: op, solicited: se, ack_req, psn: Psn::new(psn) }, &ext, len, |w| {
                 w.copy(&payload[..cut1]) && w.copy(&payload[cut1..cut2]) && w.copy(&payload[cut2..])
             }).unwrap();
             prop_assert_eq!(k, m);
             prop_assert_eq!(&c[..k], &b[..m]);
             // And in one piece (the one-pass kernel for large payloads).
             let mut d = vec![0xc3u8; 9300];
-            let k = t.emit_copy(&mut d, ident, op, se, ack_req, Psn::new(psn), &ext, len, |w| w.copy(&payload)).unwrap();
+            let k = t.emit_copy(&mut d, PacketFields { ident, opcode: op, solicited: se, ack_req, psn: Psn::new(psn) }, &ext, len, |w| w.copy(&payload)).unwrap();
             prop_assert_eq!(&d[..k], &b[..m]);
         }
+    }
+
+    fn fields(opcode: Opcode) -> PacketFields {
+        PacketFields { ident: 0, opcode, solicited: false, ack_req: false, psn: Psn::new(0) }
     }
 
     #[test]
@@ -447,24 +451,24 @@ mod tests {
         let mut buf = [0u8; 256];
         // Missing RETH on a WRITE FIRST, payload on an ACK, unknown opcode, short buffer.
         let e = ExtHeaders::default();
-        assert!(t.emit(&mut buf, 0, Opcode::RC_RDMA_WRITE_FIRST, false, false, Psn::new(0), &e, 8, |_| {}).is_err());
+        assert!(t.emit(&mut buf, fields(Opcode::RC_RDMA_WRITE_FIRST), &e, 8, |_| {}).is_err());
         let ack = ext_for(Opcode::RC_ACKNOWLEDGE, 1);
-        assert!(t.emit(&mut buf, 0, Opcode::RC_ACKNOWLEDGE, false, false, Psn::new(0), &ack, 4, |_| {}).is_err());
-        assert!(t.emit(&mut buf, 0, Opcode(0x1f), false, false, Psn::new(0), &e, 0, |_| {}).is_err());
+        assert!(t.emit(&mut buf, fields(Opcode::RC_ACKNOWLEDGE), &ack, 4, |_| {}).is_err());
+        assert!(t.emit(&mut buf, fields(Opcode(0x1f)), &e, 0, |_| {}).is_err());
         let send = ExtHeaders::default();
-        assert!(t.emit(&mut buf, 0, Opcode::RC_SEND_ONLY, false, false, Psn::new(0), &send, 300, |_| {}).is_err());
-        assert!(t.emit(&mut buf, 0, Opcode::RC_SEND_ONLY, false, false, Psn::new(0), &send, 100, |_| {}).is_ok());
+        assert!(t.emit(&mut buf, fields(Opcode::RC_SEND_ONLY), &send, 300, |_| {}).is_err());
+        assert!(t.emit(&mut buf, fields(Opcode::RC_SEND_ONLY), &send, 100, |_| {}).is_ok());
         // A writer that appends too little or too much, or says it failed.
         let p = [7u8; 64];
         let op = Opcode::RC_SEND_ONLY;
-        assert!(t.emit_copy(&mut buf, 0, op, false, false, Psn::new(0), &send, 64, |w| w.copy(&p[..63])).is_err());
-        assert!(t.emit_copy(&mut buf, 0, op, false, false, Psn::new(0), &send, 63, |w| !w.copy(&p)).is_err());
+        assert!(t.emit_copy(&mut buf, fields(op), &send, 64, |w| w.copy(&p[..63])).is_err());
+        assert!(t.emit_copy(&mut buf, fields(op), &send, 63, |w| !w.copy(&p)).is_err());
         assert!(t
-            .emit_copy(&mut buf, 0, op, false, false, Psn::new(0), &send, 64, |w| {
+            .emit_copy(&mut buf, fields(op), &send, 64, |w| {
                 w.copy(&p);
                 false
             })
             .is_err());
-        assert!(t.emit_copy(&mut buf, 0, op, false, false, Psn::new(0), &send, 64, |w| w.copy(&p)).is_ok());
+        assert!(t.emit_copy(&mut buf, fields(op), &send, 64, |w| w.copy(&p)).is_ok());
     }
 }
