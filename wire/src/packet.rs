@@ -221,6 +221,26 @@ pub fn parse_frame(frame: &[u8]) -> Result<ParsedFrame<'_>, Error> {
     }
 }
 
+/// [`parse_frame`] without its common-case shortcut, for differential tests and fuzzing: the
+/// two must agree on every input.
+#[doc(hidden)]
+pub fn parse_frame_general(frame: &[u8]) -> Result<ParsedFrame<'_>, Error> {
+    parse_general(frame)
+}
+
+impl ParsedFrame<'_> {
+    /// Field-by-field equality with another parse of the same bytes (for differential tests).
+    #[doc(hidden)]
+    pub fn same_as(&self, other: &ParsedFrame<'_>) -> bool {
+        self.eth == other.eth
+            && self.ip == other.ip
+            && self.udp == other.udp
+            && self.roce == other.roce
+            && self.offsets == other.offsets
+            && core::ptr::eq(self.bytes, other.bytes)
+    }
+}
+
 /// [`parse_frame`] layer by layer: every shape, every error.
 #[inline(always)]
 fn parse_general(frame: &[u8]) -> Result<ParsedFrame<'_>, Error> {
@@ -561,12 +581,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn same(a: &ParsedFrame<'_>, b: &ParsedFrame<'_>) -> bool {
-        a.eth == b.eth
-            && a.ip == b.ip
-            && a.udp == b.udp
-            && a.roce == b.roce
-            && a.offsets == b.offsets
-            && core::ptr::eq(a.bytes, b.bytes)
+        a.same_as(b)
     }
 
     fn frame(seed: u64, len: usize, op: Opcode) -> std::vec::Vec<u8> {
