@@ -144,29 +144,12 @@ fn app_threads_over_progress_threads() {
     // 1. A WRITEs 8 MiB in 64 KiB pieces from an application thread, then READs it back into
     //    the second half: both sides' memory checked byte for byte.
     let pattern: Vec<u8> = (0..LEN / 2).map(|i| (i * 7 + i / 4096) as u8).collect();
-    let (lkey, addr) = (a.mr.lkey, a.mr.addr);
+    let lkey = a.mr.lkey;
     a.rt.with(|d| d.mr_mut(lkey).unwrap().as_mut_slice()[..LEN / 2].copy_from_slice(&pattern));
-    let (rkey, raddr, qpn) = (b.mr.rkey, b.mr.addr, a.qpn);
     let pieces = (LEN / 2) / 65536;
     let writer = std::thread::scope(|sc| {
         sc.spawn(|| {
-            for i in 0..pieces {
-                let off = (i * 65536) as u64;
-                let sg = [Sge { addr: addr + off, length: 65536, lkey }];
-                let wr = SendWr {
-                    wr_id: i as u64,
-                    sg_list: &sg,
-                    opcode: WrOpcode::RdmaWrite,
-                    send_flags: SendFlags::SIGNALED,
-                    remote_addr: raddr + off,
-                    rkey,
-                    ..Default::default()
-                };
-                // The send queue is 512 deep; 64 pieces fit, but retry on a full queue anyway.
-                while a.rt.with(|d| d.post_send(qpn, &wr)).is_err() {
-                    std::thread::yield_now();
-                }
-            }
+            post_write_pieces(&a, &b, pieces);
             wait_wcs(&a, pieces, "writes")
         })
         .join()
@@ -174,21 +157,7 @@ fn app_threads_over_progress_threads() {
     });
     let ids: Vec<u64> = writer.iter().map(|w| w.wr_id).collect();
     assert_eq!(ids, (0..pieces as u64).collect::<Vec<_>>(), "completions in posting order");
-    let blkey = b.mr.lkey;
-    assert!(b.rt.with(|d| d.mr(blkey).unwrap().as_slice()[..LEN / 2] == pattern[..]), "B holds what A wrote");
-    let sg = [Sge { addr: addr + (LEN / 2) as u64, length: (LEN / 2) as u32, lkey }];
-    let wr = SendWr {
-        wr_id: 7,
-        sg_list: &sg,
-        opcode: WrOpcode::RdmaRead,
-        send_flags: SendFlags::SIGNALED,
-        remote_addr: raddr,
-        rkey,
-        ..Default::default()
-    };
-    a.rt.with(|d| d.post_send(qpn, &wr)).unwrap();
-    wait_wcs(&a, 1, "read back");
-    assert!(a.rt.with(|d| d.mr(lkey).unwrap().as_slice()[LEN / 2..] == pattern[..]), "READ returned the data");
+    check_and_read_back(&a, &b, &pattern, 7, "read back");
 
     // 2. SEND/RECV ping-pong between two application threads, one per side.
     let rounds = 200;
@@ -281,14 +250,10 @@ fn a_progress_thread_per_queue() {
     let _ = b.rt.stop();
 }
 
-/// WRITE half of A's region to B in 64 KiB pieces, READ it back into the other half; both
-/// checked byte for byte (the pattern changes with `round`).
-fn transfer_over_two_queues(a: &Side, b: &Side, round: usize) {
-    let pattern: Vec<u8> = (0..LEN / 2).map(|i| (i * 13 + i / 1024 + round) as u8).collect();
-    let (lkey, addr, qpn) = (a.mr.lkey, a.mr.addr, a.qpn);
-    a.rt.with(|d| d.mr_mut(lkey).unwrap().as_mut_slice()[..LEN / 2].copy_from_slice(&pattern));
-    let (rkey, raddr) = (b.mr.rkey, b.mr.addr);
-    let pieces = (LEN / 2) / 65536;
+/// Post `pieces` signaled 64 KiB RDMA WRITEs from the start of A's region to the start of B's
+/// (WR ids 0..pieces), retrying while the send queue is full (it is 512 deep: 64 pieces fit).
+fn post_write_pieces(a: &Side, b: &Side, pieces: usize) {
+    let (lkey, addr, qpn, rkey, raddr) = (a.mr.lkey, a.mr.addr, a.qpn, b.mr.rkey, b.mr.addr);
     for i in 0..pieces {
         let off = (i * 65536) as u64;
         let sg = [Sge { addr: addr + off, length: 65536, lkey }];
@@ -305,13 +270,29 @@ fn transfer_over_two_queues(a: &Side, b: &Side, round: usize) {
             std::thread::yield_now();
         }
     }
+}
+
+/// WRITE half of A's region to B in 64 KiB pieces, READ it back into the other half; both
+/// checked byte for byte (the pattern changes with `round`).
+fn transfer_over_two_queues(a: &Side, b: &Side, round: usize) {
+    let pattern: Vec<u8> = (0..LEN / 2).map(|i| (i * 13 + i / 1024 + round) as u8).collect();
+    let lkey = a.mr.lkey;
+    a.rt.with(|d| d.mr_mut(lkey).unwrap().as_mut_slice()[..LEN / 2].copy_from_slice(&pattern));
+    let pieces = (LEN / 2) / 65536;
+    post_write_pieces(a, b, pieces);
     let wcs = wait_wcs(a, pieces, "writes over two queues");
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
-    let blkey = b.mr.lkey;
-    assert!(b.rt.with(|d| d.mr(blkey).unwrap().as_slice()[..LEN / 2] == pattern[..]), "B holds what A wrote");
+    check_and_read_back(a, b, &pattern, 99, "read back over two queues");
+}
+
+/// B's region starts with `pattern` (what A wrote); READ it back into the second half of A's
+/// region (WR id `wr_id`) and check the completion and every byte.
+fn check_and_read_back(a: &Side, b: &Side, pattern: &[u8], wr_id: u64, what: &str) {
+    let (lkey, addr, qpn, blkey, rkey, raddr) = (a.mr.lkey, a.mr.addr, a.qpn, b.mr.lkey, b.mr.rkey, b.mr.addr);
+    assert!(b.rt.with(|d| d.mr(blkey).unwrap().as_slice()[..LEN / 2] == *pattern), "B holds what A wrote");
     let sg = [Sge { addr: addr + (LEN / 2) as u64, length: (LEN / 2) as u32, lkey }];
     let wr = SendWr {
-        wr_id: 99,
+        wr_id,
         sg_list: &sg,
         opcode: WrOpcode::RdmaRead,
         send_flags: SendFlags::SIGNALED,
@@ -320,7 +301,7 @@ fn transfer_over_two_queues(a: &Side, b: &Side, round: usize) {
         ..Default::default()
     };
     a.rt.with(|d| d.post_send(qpn, &wr)).unwrap();
-    let w = wait_wcs(a, 1, "read back over two queues");
+    let w = wait_wcs(a, 1, what);
     assert_eq!(w[0].status, WcStatus::Success);
-    assert!(a.rt.with(|d| d.mr(lkey).unwrap().as_slice()[LEN / 2..] == pattern[..]), "READ returned the data");
+    assert!(a.rt.with(|d| d.mr(lkey).unwrap().as_slice()[LEN / 2..] == *pattern), "READ returned the data");
 }

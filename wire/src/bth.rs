@@ -165,33 +165,24 @@ impl BthRepr {
         if h.tver() != 0 {
             return Err(Error::BadField { layer: Layer::Bth, offset: off, field: "TVer", value: h.tver() as u32 });
         }
-        // One fixed-size read of the 12 bytes (the per-packet receive path) when the view holds
-        // them, which a checked view always does.
-        if let Some(b) = h.b().first_chunk::<12>() {
-            return Ok(BthRepr {
-                opcode: Opcode(b[0]),
-                solicited: b[1] & 0x80 != 0,
-                mig_req: b[1] & 0x40 != 0,
-                pad_count: (b[1] >> 4) & 3,
-                pkey: u16::from_be_bytes([b[2], b[3]]),
-                fecn: b[4] & 0x80 != 0,
-                becn: b[4] & 0x40 != 0,
-                dest_qp: Qpn::new(u32::from_be_bytes([0, b[5], b[6], b[7]])),
-                ack_req: b[8] & 0x80 != 0,
-                psn: Psn::new(u32::from_be_bytes([0, b[9], b[10], b[11]])),
-            });
-        }
+        // One fixed-size read of the 12 bytes (a checked view always holds them).
+        let b = h.b().first_chunk::<12>().ok_or(Error::Truncated {
+            layer: Layer::Bth,
+            offset: off,
+            need: HEADER_LEN,
+            have: h.b().len(),
+        })?;
         Ok(BthRepr {
-            opcode: h.opcode(),
-            solicited: h.solicited(),
-            mig_req: h.mig_req(),
-            pad_count: h.pad_count(),
-            pkey: h.pkey(),
-            fecn: h.fecn(),
-            becn: h.becn(),
-            dest_qp: h.dest_qp(),
-            ack_req: h.ack_req(),
-            psn: h.psn(),
+            opcode: Opcode(b[0]),
+            solicited: b[1] & 0x80 != 0,
+            mig_req: b[1] & 0x40 != 0,
+            pad_count: (b[1] >> 4) & 3,
+            pkey: u16::from_be_bytes([b[2], b[3]]),
+            fecn: b[4] & 0x80 != 0,
+            becn: b[4] & 0x40 != 0,
+            dest_qp: Qpn::new(u32::from_be_bytes([0, b[5], b[6], b[7]])),
+            ack_req: b[8] & 0x80 != 0,
+            psn: Psn::new(u32::from_be_bytes([0, b[9], b[10], b[11]])),
         })
     }
 

@@ -133,10 +133,7 @@ pub fn compute(l3: &[u8]) -> Result<u32, Error> {
 }
 
 fn crc_after_prefix(masked_prefix: &[u8], rest: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new_with_initial(LRH_CRC);
-    h.update(masked_prefix);
-    h.update(rest);
-    h.finalize()
+    continue_crc(continue_crc(LRH_CRC, masked_prefix), rest)
 }
 
 /// The portable path of [`compute`] (two `crc32fast` updates), for differential tests.

@@ -77,10 +77,7 @@ pub(crate) unsafe fn crc_masked(init: u32, data: &[u8], masks: &[u128]) -> Optio
     let rest = &data[head..];
     if rest.len() >= 128 {
         // Finish the prefix and let crc32fast's wide kernels take the bulk: CRC updates compose.
-        let crc = reduce_to_crc(x, &[]);
-        let mut h = crc32fast::Hasher::new_with_initial(crc);
-        h.update(rest);
-        return Some(h.finalize());
+        return Some(super::continue_crc(reduce_to_crc(x, &[]), rest));
     }
     Some(reduce_to_crc(x, rest))
 }
@@ -247,9 +244,7 @@ pub(crate) unsafe fn copy_crc_avx512(init: u32, src: &[u8], dst: &mut [u8]) -> O
     let tail = dst.get_mut(bulk..)?;
     tail.copy_from_slice(src.get(bulk..)?);
     if !tail.is_empty() {
-        let mut h = crc32fast::Hasher::new_with_initial(crc);
-        h.update(tail);
-        crc = h.finalize();
+        crc = super::continue_crc(crc, tail);
     }
     Some(crc)
 }

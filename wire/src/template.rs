@@ -92,11 +92,6 @@ impl HeaderTemplate {
         Ok(HeaderTemplate { bytes, l3, bth: bth_off, v6, csum, ip_sum, bth_flags })
     }
 
-    /// Offset of the IP header in every frame of the flow.
-    pub fn l3_offset(&self) -> usize {
-        self.l3
-    }
-
     /// Emit one frame into `buf`: the template's headers with the per-packet fields `f` (IPv4
     /// identification; BTH opcode, SE, AckReq, PSN), the extension headers `ext` (exactly those the opcode requires), `payload_len` payload bytes written by
     /// `fill`, zero pad, the ICRC and (if the template says so) the UDP checksum. Returns the
@@ -251,23 +246,23 @@ impl PayloadWriter<'_> {
         if src.len() > self.remaining() {
             return false;
         }
-        let start = self.h + self.at;
-        match self.crc {
-            Crc::Fresh if self.len >= FUSE_MIN && src.len() == self.len => {
-                if let Some(c) = icrc::copy_payload_icrc(self.l3, self.h, src) {
-                    self.crc = Crc::Done(c);
-                    self.at = self.len;
-                    return true;
+        if let Crc::Fresh = self.crc {
+            if self.len >= FUSE_MIN {
+                // The whole payload in one piece: one pass over the packet. Otherwise CRC the
+                // headers now and fold each piece in as it is copied.
+                if src.len() == self.len {
+                    if let Some(c) = icrc::copy_payload_icrc(self.l3, self.h, src) {
+                        self.crc = Crc::Done(c);
+                        self.at = self.len;
+                        return true;
+                    }
                 }
                 let Ok(c) = icrc::compute(&self.l3[..self.h]) else { return false };
                 self.crc = Crc::Running(c);
-                return self.copy(src);
             }
-            Crc::Fresh if self.len >= FUSE_MIN => {
-                let Ok(c) = icrc::compute(&self.l3[..self.h]) else { return false };
-                self.crc = Crc::Running(c);
-                return self.copy(src);
-            }
+        }
+        let start = self.h + self.at;
+        match self.crc {
             Crc::Fresh | Crc::Later => {
                 self.l3[start..start + src.len()].copy_from_slice(src);
                 self.crc = Crc::Later;
