@@ -17,7 +17,7 @@
 use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::mr::{MemoryRegion, MrTable};
-use crate::qp::{AsyncEvent, Ctx, Qp, TimerKind};
+use crate::qp::{icrc_ok, AsyncEvent, BadIcrc, Ctx, Icrc, Qp, TimerKind};
 use crate::time::Instant;
 use crate::verbs::*;
 use rand_chacha::ChaCha8Rng;
@@ -760,15 +760,23 @@ impl Device {
 
     /// Feed one received Ethernet frame.
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), RxDrop> {
-        // `parse_frame_verified`'s checks in its order (the ICRC after the headers; skipped in
-        // fuzzing builds), without re-wrapping the parsed frame in a second `Result`.
-        let parsed = parse_frame(frame);
-        match &parsed {
-            Ok(p) if self.cfg.check_icrc && !cfg!(fuzzing) && p.check_icrc().is_err() => {
-                self.counters.icrc_err += 1;
-                Err(RxDrop::Icrc)
+        match &parse_frame(frame) {
+            Ok(p) => {
+                // The ICRC after the headers (`parse_frame_verified`'s order), before anything
+                // acts on the frame; an RDMA WRITE's is checked by the responder just before
+                // placement, still before any effect ([`Icrc`]).
+                let icrc = if !self.cfg.check_icrc {
+                    Icrc::Checked
+                } else if defers_icrc(p) {
+                    Icrc::Pending
+                } else if icrc_ok(p) {
+                    Icrc::Checked
+                } else {
+                    self.counters.icrc_err += 1;
+                    return Err(RxDrop::Icrc);
+                };
+                self.deliver(now, p, icrc)
             }
-            Ok(p) => self.handle_parsed(now, p),
             Err(e) if e.is_not_roce() => Err(RxDrop::NotRoce),
             Err(e) => {
                 self.counters.malformed_pkts += 1;
@@ -780,59 +788,64 @@ impl Device {
     /// Feed one received frame that is already parsed and whose ICRC the caller verified (or
     /// chose not to: an I/O layer that reconstructs headers a UDP socket does not deliver).
     pub fn handle_parsed(&mut self, now: Instant, p: &ParsedFrame<'_>) -> Result<(), RxDrop> {
+        self.deliver(now, p, Icrc::Checked)
+    }
+
+    fn deliver(&mut self, now: Instant, p: &ParsedFrame<'_>, icrc: Icrc) -> Result<(), RxDrop> {
         let dst = p.ip.dst_addr();
         if !self.local_ips.contains(&dst) {
-            self.counters.dropped_wrong_dst += 1;
-            return Err(RxDrop::WrongDestination);
+            return drop_frame(&mut self.counters, p, icrc, RxDrop::WrongDestination);
         }
         let bth = &p.roce.bth;
-        let info = bth.opcode.info().ok_or(RxDrop::BadOpcode)?;
+        let Some(info) = bth.opcode.info() else {
+            return drop_frame(&mut self.counters, p, icrc, RxDrop::BadOpcode);
+        };
         match info.transport {
             Transport::Rc => {}
             Transport::Cnp => {
                 self.counters.rcvd_cnp += 1;
                 return Ok(());
             }
-            _ => {
-                self.counters.dropped_bad_opcode += 1;
-                return Err(RxDrop::BadOpcode);
-            }
+            _ => return drop_frame(&mut self.counters, p, icrc, RxDrop::BadOpcode),
         }
         // P_Key: the table holds the default key; limited (0x7fff) and full (0xffff)
         // membership both match it (IBTA §10.9.3).
         if bth.pkey & 0x7fff != 0x7fff {
-            self.counters.dropped_bad_pkey += 1;
-            return Err(RxDrop::BadPkey);
+            return drop_frame(&mut self.counters, p, icrc, RxDrop::BadPkey);
         }
         let qpn = bth.dest_qp.value();
         let Device { cfg, qps, mrs, cqs, counters, events, idents, timers, ready, .. } = self;
         let Some(qp) = qps.get_mut(&qpn) else {
-            counters.dropped_unknown_qp += 1;
-            return Err(RxDrop::UnknownQp(qpn));
+            return drop_frame(counters, p, icrc, RxDrop::UnknownQp(qpn));
         };
         // Only the connected peer may talk to a QP: frames whose source or destination address
         // is not the QP's path are dropped (rxe `check_addr`).
         match &qp.template {
             Some(t) if t.peer == p.ip.src_addr() && t.local == dst => {}
-            Some(_) => {
-                counters.dropped_bad_src += 1;
-                return Err(RxDrop::BadSource);
-            }
-            None => {
-                counters.dropped_qp_state += 1;
-                return Err(RxDrop::QpState);
-            }
+            Some(_) => return drop_frame(counters, p, icrc, RxDrop::BadSource),
+            None => return drop_frame(counters, p, icrc, RxDrop::QpState),
         }
-        counters.rcvd_pkts += 1;
         let mut ctx = Ctx { now, cfg, mrs, cqs, counters, events, idents };
-        if info.is_request() {
-            qp.handle_request(&mut ctx, p);
-        } else {
+        let r = if info.is_request() {
+            qp.handle_request(&mut ctx, p, icrc)
+        } else if icrc == Icrc::Checked || icrc_ok(p) {
             qp.handle_response(&mut ctx, p);
-        }
+            Ok(())
+        } else {
+            Err(BadIcrc)
+        };
         sync_qp_timers(timers, qp);
         mark_qp_ready(ready, qp);
-        Ok(())
+        match r {
+            Ok(()) => {
+                counters.rcvd_pkts += 1;
+                Ok(())
+            }
+            Err(BadIcrc) => {
+                counters.icrc_err += 1;
+                Err(RxDrop::Icrc)
+            }
+        }
     }
 
     /// Fire every timer due at `now`.
@@ -896,6 +909,35 @@ impl Device {
         }
         None
     }
+}
+
+/// Whether `p`'s ICRC is left to the responder ([`Icrc::Pending`]): RC RDMA WRITE packets with
+/// a payload, whose destination the responder can request from memory before the check.
+#[inline]
+fn defers_icrc(p: &ParsedFrame<'_>) -> bool {
+    p.roce.payload_len > 0
+        && p.roce.bth.opcode.info().is_some_and(|i| {
+            i.transport == Transport::Rc && matches!(i.operation, Operation::Write | Operation::WriteWithImm)
+        })
+}
+
+/// Drop a frame for `why`, counted; a frame whose ICRC was still pending is checked first,
+/// and if it is wrong that is the reason (a corrupt frame is an ICRC error and nothing else).
+fn drop_frame(counters: &mut Counters, p: &ParsedFrame<'_>, icrc: Icrc, why: RxDrop) -> Result<(), RxDrop> {
+    let why = if icrc == Icrc::Pending && !icrc_ok(p) { RxDrop::Icrc } else { why };
+    let c = match why {
+        RxDrop::Icrc => &mut counters.icrc_err,
+        RxDrop::WrongDestination => &mut counters.dropped_wrong_dst,
+        RxDrop::UnknownQp(_) => &mut counters.dropped_unknown_qp,
+        RxDrop::BadSource => &mut counters.dropped_bad_src,
+        RxDrop::BadPkey => &mut counters.dropped_bad_pkey,
+        RxDrop::BadOpcode => &mut counters.dropped_bad_opcode,
+        RxDrop::QpState => &mut counters.dropped_qp_state,
+        RxDrop::Malformed(_) => &mut counters.malformed_pkts,
+        RxDrop::NotRoce => return Err(why),
+    };
+    *c += 1;
+    Err(why)
 }
 
 /// Queue `qp` for [`Device::poll_transmit`] if it has something to send and is not queued.

@@ -160,7 +160,7 @@ pub struct BthRepr {
 
 impl BthRepr {
     /// Parse a checked header. Rejects TVer != 0 (rxe `hdr_check`: "bad tver").
-    #[inline]
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(h: &BthHeader<T>, off: usize) -> Result<BthRepr, Error> {
         if h.tver() != 0 {
             return Err(Error::BadField { layer: Layer::Bth, offset: off, field: "TVer", value: h.tver() as u32 });

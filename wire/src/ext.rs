@@ -209,7 +209,7 @@ pub struct ExtHeaders {
 impl ExtHeaders {
     /// Parse the extension headers of an opcode from `b`, which starts right after the BTH and
     /// holds at least `info.header_len - 12` bytes (the caller checked).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn parse(info: &OpcodeInfo, b: &[u8]) -> ExtHeaders {
         if info.headers.is_empty() {
             // MIDDLE packets and bare SEND/WRITE/READ-response packets: the common case.

@@ -28,6 +28,34 @@ pub const MAX_SGE: usize = 16;
 /// Largest message (IBTA: 2^31 bytes; C9-94 for RETH DMA length).
 pub const MAX_MSG_SIZE: u64 = 1 << 31;
 
+/// Whether a received frame's ICRC has been checked yet.
+///
+/// Every frame's ICRC is checked before anything acts on it (rxe `rxe_icrc_check` in
+/// `rxe_rcv`, before any QP sees the packet). An RDMA WRITE packet with a payload has it
+/// checked as late as that allows: after the pure lookups (device routing, the QP, its PSN,
+/// the R_Key and bounds), just before its first byte is placed, so that the destination's
+/// cache lines are requested while the CRC runs ([`uroce_wire::copy::prefetch_for_write`]).
+/// Every path that would act on such a frame in another way (a drop counted as something
+/// else, a NAK, a duplicate's ACK) checks it first, so a corrupt frame is always an ICRC error
+/// and nothing else.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Icrc {
+    /// Checked (or not to be checked: `DeviceConfig::check_icrc` off).
+    Checked,
+    /// Still to be checked before the frame has any effect.
+    Pending,
+}
+
+/// A frame whose pending ICRC turned out wrong: dropped, counted as an ICRC error.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct BadIcrc;
+
+/// Check a frame's ICRC (always passes in fuzzing builds, where a fuzzer could not get past it).
+#[inline]
+pub(crate) fn icrc_ok(p: &uroce_wire::ParsedFrame<'_>) -> bool {
+    cfg!(fuzzing) || p.check_icrc().is_ok()
+}
+
 /// Everything a QP needs from the device while it runs.
 pub(crate) struct Ctx<'a> {
     pub now: Instant,

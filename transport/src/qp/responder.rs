@@ -22,7 +22,7 @@
 //! SEND/WRITE, a READ when accepted (C9-148), an atomic when executed.
 
 use super::requester::scatter;
-use super::{Ctx, Qp, RecvWqe};
+use super::{icrc_ok, BadIcrc, Ctx, Icrc, Qp, RecvWqe};
 use crate::verbs::*;
 use std::collections::VecDeque;
 use uroce_wire::opcode::{Operation, Position};
@@ -101,6 +101,8 @@ pub(crate) enum RespError {
     RemoteAccess,
     /// NAK remote operational error; QP to ERR.
     RemoteOp,
+    /// The frame's pending ICRC is wrong: dropped, nothing else.
+    BadIcrc,
 }
 
 impl Responder {
@@ -165,11 +167,21 @@ impl Qp {
         Ok(())
     }
 
-    /// A request (SEND, WRITE, READ, atomic) arrived for this QP.
-    pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>) {
-        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+    /// A request (SEND, WRITE, READ, atomic) arrived for this QP. With `icrc` pending, the
+    /// ICRC is checked before the frame has any effect ([`Icrc`]); `Err` when it is wrong.
+    pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>, icrc: Icrc) -> Result<(), BadIcrc> {
+        let receiving = matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd);
+        // Only the next packet in sequence goes on to execution with its ICRC unchecked.
+        let mut icrc = icrc;
+        if icrc == Icrc::Pending && !(receiving && p.roce.bth.psn == self.resp.epsn) {
+            if !icrc_ok(p) {
+                return Err(BadIcrc);
+            }
+            icrc = Icrc::Checked;
+        }
+        if !receiving {
             ctx.counters.dropped_qp_state += 1;
-            return;
+            return Ok(());
         }
         let psn = p.roce.bth.psn;
         // 1. check_psn
@@ -186,14 +198,22 @@ impl Qp {
                     msn,
                 });
             }
-            return;
+            return Ok(());
         }
         if d < 0 {
             ctx.counters.duplicate_request += 1;
-            return self.handle_duplicate(ctx, p);
+            self.handle_duplicate(ctx, p);
+            return Ok(());
+        }
+        let r = self.execute_request(ctx, p, &mut icrc);
+        match r {
+            Err(RespError::BadIcrc) => return Err(BadIcrc),
+            // Refused before the check (the lookups are pure): check it before NAKing.
+            Err(_) if icrc == Icrc::Pending && !icrc_ok(p) => return Err(BadIcrc),
+            _ => {}
         }
         self.resp.nak_latched = false;
-        match self.execute_request(ctx, p) {
+        match r {
             Ok(()) => {}
             Err(RespError::Rnr) => {
                 ctx.counters.send_rnr_err += 1;
@@ -217,10 +237,13 @@ impl Qp {
                 self.enter_error(ctx, true);
             }
         }
+        Ok(())
     }
 
-    /// Checks 2..6 and execution, for a request at the expected PSN.
-    fn execute_request(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>) -> Result<(), RespError> {
+    /// Checks 2..6 and execution, for a request at the expected PSN. A pending `icrc` is checked
+    /// (and set to checked) before anything changes; errors returned while it is still pending
+    /// come from pure checks.
+    fn execute_request(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>, icrc: &mut Icrc) -> Result<(), RespError> {
         let info = p.roce.bth.opcode.info().ok_or(RespError::InvalidRequest)?;
         let op = info.operation;
         let pos = info.position;
@@ -274,9 +297,16 @@ impl Qp {
             }
         }
 
+        if cls != Class::Write && *icrc == Icrc::Pending {
+            // Only WRITE placement checks a pending ICRC itself.
+            if !icrc_ok(p) {
+                return Err(RespError::BadIcrc);
+            }
+            *icrc = Icrc::Checked;
+        }
         match cls {
             Class::Send => self.exec_send(ctx, p, pos),
-            Class::Write => self.exec_write(ctx, p, op, pos),
+            Class::Write => self.exec_write(ctx, p, op, pos, icrc),
             Class::Other => match op {
                 Operation::ReadRequest => self.exec_read(ctx, p.roce.ext.reth.unwrap_or_default(), psn, mtu),
                 _ => self.exec_atomic(ctx, p, op, psn),
@@ -365,6 +395,7 @@ impl Qp {
         p: &ParsedFrame<'_>,
         op: Operation,
         pos: Position,
+        icrc: &mut Icrc,
     ) -> Result<(), RespError> {
         let payload = p.payload();
         let (rkey, va, resid, total) = match self.resp.msg {
@@ -390,12 +421,28 @@ impl Qp {
         if needs_wqe && self.rq.is_empty() {
             return Err(RespError::Rnr);
         }
-        if !payload.is_empty() {
-            let dst = ctx
-                .mrs
-                .slice_mut(rkey, self.pd, va, payload.len(), AccessFlags::REMOTE_WRITE)
-                .map_err(|_| RespError::RemoteAccess)?;
-            uroce_wire::copy::bulk_copy(dst, payload);
+        let dst = match payload.is_empty() {
+            true => None,
+            false => Some(
+                ctx.mrs
+                    .slice_mut(rkey, self.pd, va, payload.len(), AccessFlags::REMOTE_WRITE)
+                    .map_err(|_| RespError::RemoteAccess)?,
+            ),
+        };
+        if *icrc == Icrc::Pending {
+            // The last moment to check the ICRC: nothing has changed yet. The destination lines
+            // are requested first, so their ownership requests overlap the CRC (measured: ~7 %
+            // less time per 1 MiB WRITE, `benches/engine.rs`).
+            if let Some(d) = &dst {
+                uroce_wire::copy::prefetch_for_write(d);
+            }
+            if !icrc_ok(p) {
+                return Err(RespError::BadIcrc);
+            }
+            *icrc = Icrc::Checked;
+        }
+        if let Some(d) = dst {
+            uroce_wire::copy::bulk_copy(d, payload);
         }
         self.resp.epsn = self.resp.epsn.add(1);
         if pos.is_end() {
