@@ -35,23 +35,22 @@ pub fn bulk_copy(dst: &mut [u8], src: &[u8]) -> bool {
     true
 }
 
-/// Ask the CPU to bring every cache line of `dst` into its cache for writing (`PREFETCHW`),
-/// without waiting: a hint with no effect on memory contents. Issued before work that does not
-/// touch `dst` (the ICRC check of the packet about to be copied there), the lines' ownership
-/// requests overlap that work instead of stalling the copy.
+/// Ask the CPU to bring every cache line of `dst` into its cache (`PREFETCHT0`), without
+/// waiting: a hint with no effect on memory contents. [`crate::icrc::compute_prefetching`]
+/// spreads the same prefetches over its CRC loop, which is what the receive path uses; this is
+/// its fallback where that kernel does not run.
 #[inline]
-pub fn prefetch_for_write(dst: &[u8]) {
+pub fn prefetch(dst: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     #[allow(unsafe_code)]
     {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         let p = dst.as_ptr();
         let mut i = 0;
         while i < dst.len() {
             // SAFETY: `_mm_prefetch` needs SSE, part of the x86-64 baseline; a prefetch never
-            // faults and reads or writes nothing (on CPUs without PREFETCHW it is a NOP), and
-            // the address is inside `dst` anyway.
-            unsafe { _mm_prefetch::<_MM_HINT_ET0>(p.wrapping_add(i).cast()) };
+            // faults and reads or writes nothing, and the address is inside `dst` anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i).cast()) };
             i += 64;
         }
     }

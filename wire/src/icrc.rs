@@ -94,18 +94,34 @@ const MASK_V6: [u128; 4] =
 /// store followed at once by the CRC's 16-byte load of the same bytes defeats store-to-load
 /// forwarding and stalls the CPU (measured: ~14 ns per packet).
 pub fn compute(l3: &[u8]) -> Result<u32, Error> {
+    compute_prefetching(l3, &[])
+}
+
+/// [`compute`], and meanwhile bring the cache lines of `dst` (memory the caller is about to
+/// write: the payload's destination) into the cache, so that their fetch overlaps the CRC
+/// instead of stalling the copy that follows. `dst` is neither read nor written: a hint.
+pub fn compute_prefetching(l3: &[u8], dst: &[u8]) -> Result<u32, Error> {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    if l3.len() >= 256 && clmul::wide_available() {
+        let (m, chunks) = if l3[0] >> 4 == 6 { (&MASK_V6, 4) } else { (&MASK_V4, 3) };
+        // SAFETY: `wide_available` checked every CPU feature the kernel is compiled for; it has
+        // no other precondition (its loads are bounds-checked, its prefetches cannot fault).
+        if let Some(c) = unsafe { clmul::crc_masked_wide(LRH_CRC, l3, &m[..chunks], dst) } {
+            return Ok(c);
+        }
+    }
+    crate::copy::prefetch(dst);
+    compute_narrow(l3)
+}
+
+/// [`compute`] without the wide kernel.
+fn compute_narrow(l3: &[u8]) -> Result<u32, Error> {
     #[cfg(target_arch = "x86_64")]
     #[allow(unsafe_code)]
     if l3.len() >= 64 && clmul::available() {
         // 64 bytes hold the masked blocks of either prefix (IPv4: 3 blocks, IPv6: 4).
         let (m, chunks) = if l3[0] >> 4 == 6 { (&MASK_V6, 4) } else { (&MASK_V4, 3) };
-        if l3.len() >= 256 && clmul::wide_available() {
-            // SAFETY: `wide_available` checked every CPU feature the kernel is compiled for; it
-            // has no other precondition (its loads are bounds-checked).
-            if let Some(c) = unsafe { clmul::crc_masked_wide(LRH_CRC, l3, &m[..chunks]) } {
-                return Ok(c);
-            }
-        }
         // SAFETY: `available` checked every CPU feature `crc_masked` is compiled for; it has
         // no other precondition (its loads are bounds-checked).
         if let Some(c) = unsafe { clmul::crc_masked(LRH_CRC, l3, &m[..chunks]) } {
@@ -208,10 +224,15 @@ pub fn continue_crc(crc: u32, data: &[u8]) -> u32 {
 /// Verify the ICRC of `l3`, which runs from the IP header to the end of the ICRC.
 /// `icrc_offset_in_frame` only labels the error.
 pub fn verify(l3: &[u8], icrc_offset_in_frame: usize) -> Result<(), Error> {
+    verify_prefetching(l3, icrc_offset_in_frame, &[])
+}
+
+/// [`verify`], fetching `dst`'s cache lines meanwhile ([`compute_prefetching`]).
+pub fn verify_prefetching(l3: &[u8], icrc_offset_in_frame: usize, dst: &[u8]) -> Result<(), Error> {
     let Some(body_len) = l3.len().checked_sub(crate::ICRC_LEN) else {
         return Err(Error::Truncated { layer: Layer::Icrc, offset: icrc_offset_in_frame, need: 4, have: l3.len() });
     };
-    let computed = compute(&l3[..body_len])?;
+    let computed = compute_prefetching(&l3[..body_len], dst)?;
     let s = &l3[body_len..];
     let found = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
     if computed == found {
@@ -451,6 +472,17 @@ mod tests {
                 let want = reference::icrc(&l3);
                 assert_eq!(compute(&l3).unwrap(), want, "v6 {v6} len {len}");
                 assert_eq!(compute_portable(&l3).unwrap(), want, "portable, v6 {v6} len {len}");
+                // Prefetching a destination (shorter, as long as, longer than the packet) is
+                // only a hint: same value, destination untouched.
+                let dst: std::vec::Vec<u8> = (0..len + 200).map(|i| i as u8).collect();
+                for n in [0, 1, 64, 300.min(len), len, len + 200] {
+                    assert_eq!(
+                        compute_prefetching(&l3, &dst[..n]).unwrap(),
+                        want,
+                        "prefetching {n}, v6 {v6} len {len}"
+                    );
+                }
+                assert!(dst.iter().enumerate().all(|(i, &b)| b == i as u8));
             }
         }
     }

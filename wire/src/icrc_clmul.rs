@@ -320,9 +320,15 @@ fn fold512(a: arch::__m512i, b: arch::__m512i, k: arch::__m512i) -> arch::__m512
 /// < 64 bytes go through the 128-bit tail of [`reduce_to_crc`]: one reduction for the whole
 /// packet. Returns `None` (nothing computed) unless `masks.len() <= 4` and `data.len() >= 256`.
 ///
+/// Each 256-byte step also issues `PREFETCHT0` for the next four cache lines of `prefetch`
+/// (empty: none), memory the caller is about to write: those lines are fetched while the CRC
+/// runs instead of when the copy reaches them. Spread like this, the prefetches never wait for
+/// a free line-fill buffer, as 64 issued back to back do (measured on the engine benchmark:
+/// 4 lines per step beats 2, 8, all up front, and `PREFETCHW`).
+///
 /// # Safety
 /// The CPU must support what [`wide_available`] checks. No memory-safety precondition: every
-/// load is from a bounds-checked 64-byte array.
+/// load is from a bounds-checked 64-byte array, and a prefetch reads nothing and never faults.
 #[target_feature(
     enable = "pclmulqdq",
     enable = "sse2",
@@ -333,10 +339,11 @@ fn fold512(a: arch::__m512i, b: arch::__m512i, k: arch::__m512i) -> arch::__m512
     enable = "avx512f",
     enable = "vpclmulqdq"
 )]
-pub(crate) unsafe fn crc_masked_wide(init: u32, data: &[u8], masks: &[u128]) -> Option<u32> {
+pub(crate) unsafe fn crc_masked_wide(init: u32, data: &[u8], masks: &[u128], prefetch: &[u8]) -> Option<u32> {
     if masks.len() > 4 || data.len() < 256 {
         return None;
     }
+    let mut fetched = 0;
     let load = |i: usize| -> Option<arch::__m512i> {
         let s = data.get(i..)?.first_chunk::<64>()?;
         // SAFETY: `s` is exactly 64 readable bytes; `loadu` has no alignment requirement.
@@ -349,6 +356,12 @@ pub(crate) unsafe fn crc_masked_wide(init: u32, data: &[u8], masks: &[u128]) -> 
     let k2048 = k_2048();
     let mut i = 256;
     while i + 256 <= data.len() {
+        let to = prefetch.len().min(fetched + 256);
+        while fetched < to {
+            // A hint: reads and writes nothing, never faults (the address is in `prefetch`).
+            arch::_mm_prefetch::<{ arch::_MM_HINT_T0 }>(prefetch.as_ptr().wrapping_add(fetched).cast());
+            fetched += 64;
+        }
         v0 = fold512(v0, load(i)?, k2048);
         v1 = fold512(v1, load(i + 64)?, k2048);
         v2 = fold512(v2, load(i + 128)?, k2048);

@@ -204,6 +204,12 @@ impl<'a> ParsedFrame<'a> {
     pub fn check_icrc(&self) -> Result<(), Error> {
         icrc::verify(&self.bytes[self.offsets.l3..self.offsets.end], self.offsets.icrc)
     }
+    /// [`ParsedFrame::check_icrc`], and meanwhile bring the cache lines of `dst` (where the
+    /// payload is about to be copied) into the cache ([`icrc::compute_prefetching`]).
+    #[inline]
+    pub fn check_icrc_prefetching(&self, dst: &[u8]) -> Result<(), Error> {
+        icrc::verify_prefetching(&self.bytes[self.offsets.l3..self.offsets.end], self.offsets.icrc, dst)
+    }
     /// The full frame repr (for an Ethernet frame).
     pub fn repr(&self) -> Option<FrameRepr> {
         self.eth.map(|eth| FrameRepr { eth, ip: self.ip, udp: self.udp, roce: self.roce })

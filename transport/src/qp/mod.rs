@@ -34,7 +34,7 @@ pub const MAX_MSG_SIZE: u64 = 1 << 31;
 /// `rxe_rcv`, before any QP sees the packet). An RDMA WRITE packet with a payload has it
 /// checked as late as that allows: after the pure lookups (device routing, the QP, its PSN,
 /// the R_Key and bounds), just before its first byte is placed, so that the destination's
-/// cache lines are requested while the CRC runs ([`uroce_wire::copy::prefetch_for_write`]).
+/// cache lines are requested while the CRC runs ([`uroce_wire::ParsedFrame::check_icrc_prefetching`]).
 /// Every path that would act on such a frame in another way (a drop counted as something
 /// else, a NAK, a duplicate's ACK) checks it first, so a corrupt frame is always an ICRC error
 /// and nothing else.
