@@ -243,6 +243,14 @@ impl PayloadWriter<'_> {
     /// Append `src`; `false` (nothing appended) if it does not fit.
     #[inline]
     pub fn copy(&mut self, src: &[u8]) -> bool {
+        self.copy_prefetching(src, &[])
+    }
+
+    /// [`PayloadWriter::copy`], and meanwhile bring `next` (what the caller reads next: the
+    /// next packet's payload) into the cache, where the one-pass kernel runs
+    /// ([`icrc::copy_payload_icrc`]). `next` is neither read nor written: a hint.
+    #[inline]
+    pub fn copy_prefetching(&mut self, src: &[u8], next: &[u8]) -> bool {
         if src.len() > self.remaining() {
             return false;
         }
@@ -251,7 +259,7 @@ impl PayloadWriter<'_> {
                 // The whole payload in one piece: one pass over the packet. Otherwise CRC the
                 // headers now and fold each piece in as it is copied.
                 if src.len() == self.len {
-                    if let Some(c) = icrc::copy_payload_icrc(self.l3, self.h, src) {
+                    if let Some(c) = icrc::copy_payload_icrc(self.l3, self.h, src, next) {
                         self.crc = Crc::Done(c);
                         self.at = self.len;
                         return true;

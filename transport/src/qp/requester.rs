@@ -84,13 +84,15 @@ pub(crate) fn gather(mrs: &MrTable, pd: PdHandle, src: &Source<'_>, mut off: u64
 }
 
 /// Append `len` bytes starting `off` bytes into the WQE's gather list to a frame's payload (copy
-/// and ICRC in one pass). `false` when an SGE no longer names a region of `pd` covering it.
+/// and ICRC in one pass), prefetching up to `ahead` bytes that follow in the same SGE (what the
+/// next packet reads). `false` when an SGE no longer names a region of `pd` covering it.
 pub(crate) fn gather_to(
     mrs: &MrTable,
     pd: PdHandle,
     src: &Source<'_>,
     mut off: u64,
     len: usize,
+    ahead: usize,
     w: &mut PayloadWriter<'_>,
 ) -> bool {
     if let Some(data) = src.inline {
@@ -108,8 +110,18 @@ pub(crate) fn gather_to(
             continue;
         }
         let n = ((l - off) as usize).min(len - done);
-        let Ok(piece) = mrs.slice(sge.lkey, pd, sge.addr + off, n, AccessFlags::NONE) else { return false };
-        if !w.copy(piece) {
+        // The last piece comes with the rest of its SGE up to `ahead` bytes, fetched into the
+        // cache while this packet is built (the next packet's source, on a new page where the
+        // hardware prefetcher starts cold).
+        let more = if done + n == len { ((l - off) as usize - n).min(ahead) } else { 0 };
+        let Ok(piece) = mrs
+            .slice(sge.lkey, pd, sge.addr + off, n + more, AccessFlags::NONE)
+            .or_else(|_| mrs.slice(sge.lkey, pd, sge.addr + off, n, AccessFlags::NONE))
+        else {
+            return false;
+        };
+        let (piece, next) = piece.split_at(n);
+        if !w.copy_prefetching(piece, next) {
             return false;
         }
         done += n;
@@ -395,11 +407,13 @@ impl Qp {
         let ack_req = end || self.req.noack_pkts > ctx.cfg.ack_req_interval;
         let solicited = end && w.flags.contains(SendFlags::SOLICITED);
         let src = Source { sges: w.sges(), inline: w.is_inline.then_some(&w.inline[..]) };
+        // What the next packet of this message will read.
+        let ahead = if end { 0 } else { (w.length - next_off).min(mtu as u32) as usize };
         let mut gather_ok = true;
         let mrs = &*ctx.mrs;
         let pd = self.pd;
         let len = tpl.emit_copy(buf, ctx.idents, opcode, psn, ack_req, solicited, &ext, payload_len, |w| {
-            gather_ok = gather_to(mrs, pd, &src, off as u64, payload_len, w);
+            gather_ok = gather_to(mrs, pd, &src, off as u64, payload_len, ahead, w);
             gather_ok
         })?;
         if !gather_ok {
