@@ -392,7 +392,7 @@ mod tests {
         let src: Vec<u8> = (0..5000u32).map(|i| (i.wrapping_mul(2654435761) >> 11) as u8).collect();
         let mut ran = 0;
         for v6 in [false, true] {
-            for h in if v6 { [60, 76, 80, 96] } else { [40, 44, 56, 60] } {
+            for &h in if v6 { &[60, 64, 76, 80, 96, 128][..] } else { &[40, 44, 56, 60, 68][..] } {
                 for len in (150usize..700).chain(4090..4100) {
                     let pad = len.wrapping_neg() & 3;
                     let mut l3: std::vec::Vec<u8> = (0..h + len + pad).map(|i| (i * 7) as u8).collect();
