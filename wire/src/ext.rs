@@ -246,16 +246,19 @@ impl ExtHeaders {
 
     /// Check that exactly the headers the opcode requires are present.
     pub fn check(&self, info: &OpcodeInfo) -> Result<(), Error> {
-        let h = info.headers;
-        let ok = h.contains(HeaderKind::Deth) == self.deth.is_some()
-            && h.contains(HeaderKind::Feth) == self.feth.is_some()
-            && h.contains(HeaderKind::Reth) == self.reth.is_some()
-            && h.contains(HeaderKind::AtomicEth) == self.atomic_eth.is_some()
-            && h.contains(HeaderKind::Aeth) == self.aeth.is_some()
-            && h.contains(HeaderKind::AtomicAckEth) == self.atomic_ack_eth.is_some()
-            && h.contains(HeaderKind::ImmDt) == self.immdt.is_some()
-            && h.contains(HeaderKind::Ieth) == self.ieth.is_some();
-        if ok {
+        // One set of present headers compared with the opcode's (branch-free, this runs for
+        // every packet a template stamps).
+        let bit = |k: HeaderKind, present: bool| if present { k.bit() } else { 0 };
+        let present = bit(HeaderKind::Deth, self.deth.is_some())
+            | bit(HeaderKind::Feth, self.feth.is_some())
+            | bit(HeaderKind::Reth, self.reth.is_some())
+            | bit(HeaderKind::AtomicEth, self.atomic_eth.is_some())
+            | bit(HeaderKind::Aeth, self.aeth.is_some())
+            | bit(HeaderKind::AtomicAckEth, self.atomic_ack_eth.is_some())
+            | bit(HeaderKind::ImmDt, self.immdt.is_some())
+            | bit(HeaderKind::Ieth, self.ieth.is_some());
+        // A CNP's reserved bytes are not an extension header with a repr.
+        if present == info.headers.bits() & !HeaderKind::CnpReserved.bit() {
             Ok(())
         } else {
             Err(Error::InvalidRepr { what: "extension headers do not match the opcode" })
@@ -326,6 +329,72 @@ mod tests {
     use super::*;
     use crate::aeth::NakCode;
     use crate::opcode::Opcode;
+
+    /// Each kind present alone (`None` for the CNP's reserved bytes, which have no repr).
+    fn only(k: HeaderKind) -> Option<ExtHeaders> {
+        let mut e = ExtHeaders::default();
+        match k {
+            HeaderKind::Deth => e.deth = Some(DethRepr::default()),
+            HeaderKind::Feth => e.feth = Some(FethRepr::default()),
+            HeaderKind::Reth => e.reth = Some(RethRepr::default()),
+            HeaderKind::AtomicEth => e.atomic_eth = Some(AtomicEthRepr::default()),
+            HeaderKind::Aeth => e.aeth = Some(AethRepr { syndrome: Syndrome::Reserved(0x40), msn: Msn::new(0) }),
+            HeaderKind::AtomicAckEth => e.atomic_ack_eth = Some(AtomicAckEthRepr::default()),
+            HeaderKind::ImmDt => e.immdt = Some(0),
+            HeaderKind::Ieth => e.ieth = Some(0),
+            HeaderKind::CnpReserved => return None,
+        }
+        Some(e)
+    }
+
+    /// Union of two sets of headers.
+    fn or(a: ExtHeaders, b: ExtHeaders) -> ExtHeaders {
+        ExtHeaders {
+            deth: a.deth.or(b.deth),
+            feth: a.feth.or(b.feth),
+            reth: a.reth.or(b.reth),
+            atomic_eth: a.atomic_eth.or(b.atomic_eth),
+            aeth: a.aeth.or(b.aeth),
+            atomic_ack_eth: a.atomic_ack_eth.or(b.atomic_ack_eth),
+            immdt: a.immdt.or(b.immdt),
+            ieth: a.ieth.or(b.ieth),
+        }
+    }
+
+    #[test]
+    fn check_accepts_exactly_the_opcodes_headers() {
+        let mut opcodes = 0;
+        for code in 0..=255u8 {
+            let Some(info) = Opcode(code).info() else { continue };
+            opcodes += 1;
+            let want = HeaderKind::ORDER.iter().filter(|&&k| info.headers.contains(k)).filter_map(|&k| only(k));
+            let exact = want.fold(ExtHeaders::default(), or);
+            assert_eq!(exact.check(info), Ok(()), "{code:#x}");
+            for k in HeaderKind::ORDER {
+                let Some(one) = only(k) else { continue };
+                // One header more, or one fewer, than the opcode carries: refused.
+                let changed = if info.headers.contains(k) {
+                    let mut e = exact;
+                    match k {
+                        HeaderKind::Deth => e.deth = None,
+                        HeaderKind::Feth => e.feth = None,
+                        HeaderKind::Reth => e.reth = None,
+                        HeaderKind::AtomicEth => e.atomic_eth = None,
+                        HeaderKind::Aeth => e.aeth = None,
+                        HeaderKind::AtomicAckEth => e.atomic_ack_eth = None,
+                        HeaderKind::ImmDt => e.immdt = None,
+                        HeaderKind::Ieth => e.ieth = None,
+                        HeaderKind::CnpReserved => unreachable!(),
+                    }
+                    e
+                } else {
+                    or(exact, one)
+                };
+                assert!(changed.check(info).is_err(), "{code:#x} {k:?}");
+            }
+        }
+        assert!(opcodes > 30, "the table has {opcodes} opcodes");
+    }
 
     #[test]
     fn test_views_deconstruct_construct() {

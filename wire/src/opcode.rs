@@ -158,7 +158,7 @@ impl HeaderKind {
         }
     }
 
-    const fn bit(self) -> u16 {
+    pub(crate) const fn bit(self) -> u16 {
         1 << self as u8
     }
 }
@@ -194,6 +194,10 @@ impl Headers {
     /// True when the set is empty.
     pub const fn is_empty(self) -> bool {
         self.0 == 0
+    }
+    /// The set as bits (`1 << kind as u8` for each kind present).
+    pub(crate) const fn bits(self) -> u16 {
+        self.0
     }
     /// Offset of `h` from the start of the BTH, if present.
     pub const fn offset(self, h: HeaderKind) -> Option<usize> {
