@@ -187,6 +187,7 @@ pub struct ParsedFrame<'a> {
 
 impl<'a> ParsedFrame<'a> {
     /// The payload (pad excluded).
+    #[inline]
     pub fn payload(&self) -> &'a [u8] {
         &self.bytes[self.offsets.payload..self.offsets.payload + self.roce.payload_len]
     }

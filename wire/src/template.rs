@@ -306,6 +306,7 @@ impl PayloadWriter<'_> {
     }
 
     /// The ICRC of the packet, once the payload is complete.
+    #[inline]
     fn finish(&self) -> Result<u32, Error> {
         match self.crc {
             Crc::Done(c) => Ok(c),
