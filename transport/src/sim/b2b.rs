@@ -47,7 +47,7 @@ impl BackToBack {
         let dst = reg(&mut net, 1, qb.pd, size.max(64), ALL_ACCESS, |_| 0);
         let mut d = net.into_devices().into_iter();
         let (a, b) = (d.next().expect("device A"), d.next().expect("device B"));
-        BackToBack { a, b, qa, qb, src, dst, buf: vec![0u8; 9216], posted: 0, done: 0, frames: 0, rejected: 0 }
+        BackToBack { a, b, qa, qb, src, dst, buf: vec![0u8; 9216 + 64], posted: 0, done: 0, frames: 0, rejected: 0 }
     }
 
     /// Run `msgs` messages of `size` bytes with `op` (atomics: 8 bytes, FETCH_ADD 1 /
@@ -83,12 +83,14 @@ impl BackToBack {
                 self.a.post_send(self.qa.qpn, &wr).expect("post_send");
                 self.posted += 1;
             }
-            while let Some(n) = self.a.poll_transmit(now, &mut self.buf) {
-                self.rejected += self.b.handle_frame(now, &self.buf[..n]).is_err() as u64;
+            // Frames with their IP header on a cache line, as a runtime places them.
+            let buf = uroce_wire::copy::ip_aligned(&mut self.buf);
+            while let Some(n) = self.a.poll_transmit(now, buf) {
+                self.rejected += self.b.handle_frame(now, &buf[..n]).is_err() as u64;
                 self.frames += 1;
             }
-            while let Some(n) = self.b.poll_transmit(now, &mut self.buf) {
-                self.rejected += self.a.handle_frame(now, &self.buf[..n]).is_err() as u64;
+            while let Some(n) = self.b.poll_transmit(now, buf) {
+                self.rejected += self.a.handle_frame(now, &buf[..n]).is_err() as u64;
                 self.frames += 1;
             }
             loop {
