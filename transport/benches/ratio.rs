@@ -84,7 +84,12 @@ fn main() {
         hi(&engine),
         1e6 / median(&mut engine.clone()) / 1024.0
     );
-    println!("  baseline, fresh     {:6.1} µs per MiB ({:.1} .. {:.1})", median(&mut fresh.clone()), lo(&fresh), hi(&fresh));
+    println!(
+        "  baseline, fresh     {:6.1} µs per MiB ({:.1} .. {:.1})",
+        median(&mut fresh.clone()),
+        lo(&fresh),
+        hi(&fresh)
+    );
     println!("  baseline, same MRs  {:6.1} µs per MiB ({:.1} .. {:.1})", median(&mut mr.clone()), lo(&mr), hi(&mr));
     println!(
         "  engine / baseline:  {:.1} % against fresh buffers ({:.1} .. {:.1}), {:.1} % against the same regions ({:.1} .. {:.1})",
