@@ -4,9 +4,9 @@
 //! do per byte: copy the payload once and CRC it once) in the same run, and the engine's own
 //! per-byte kernels without the engine (`data_path_only_…`). The 1 MiB baseline runs twice:
 //! over two fresh buffers, and over the engine's own two regions (`baseline_mr_…`: the very
-//! pages the WRITE moves). Which physical pages a megabyte lands on changes a copy's speed by
-//! up to ~15 % from one process to the next (L2 set conflicts); the second baseline shares the
-//! engine's luck.
+//! pages the WRITE moves). The baseline's speed moves by up to ~15 % from one process to the
+//! next (page placement, the host's clock); the second one at least shares the engine's pages.
+//! `benches/ratio.rs` times the WRITE and both baselines interleaved.
 //!
 //! `cargo bench -p uroce-transport --bench engine`
 
