@@ -70,8 +70,8 @@ pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6Packet, Ipv6Repr};
 pub use opcode::{HeaderKind, Headers, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub use packet::{
-    emit_frame, parse_frame, parse_frame_verified, parse_ip, seal_ip, FrameRepr, Offsets, ParsedFrame, RoceRepr,
-    UdpChecksum,
+    emit_frame, parse_bare_ipv4, parse_frame, parse_frame_verified, parse_ip, seal_ip, BareFrame, FrameRepr, Offsets,
+    ParsedFrame, RoceRepr, UdpChecksum,
 };
 pub use psn::{Msn, Psn, Qpn};
 pub use template::{HeaderTemplate, PacketFields, PayloadWriter};

@@ -269,26 +269,10 @@ fn parse_common_ipv4(frame: &[u8]) -> Option<ParsedFrame<'_>> {
     const L3: usize = crate::ethernet::HEADER_LEN;
     const UDP: usize = L3 + crate::ipv4::HEADER_LEN;
     const BTH: usize = UDP + crate::udp::HEADER_LEN;
-    let h = frame.first_chunk::<BTH>()?;
-    // EtherType IPv4 (untagged), version 4, IHL 5.
-    if h[12..15] != [0x08, 0x00, 0x45] {
-        return None;
-    }
+    let (h, total) = common_ipv4_prefix(frame)?;
     let ip: &[u8; 20] = h[L3..UDP].try_into().ok()?;
-    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
     let flags_frag = u16::from_be_bytes([ip[6], ip[7]]);
-    // Not a fragment, UDP, room for UDP + BTH + ICRC, inside the frame, checksum right.
-    if flags_frag & 0x3fff != 0 || ip[9] != PROTOCOL_UDP || total < 20 + 8 + 12 + ICRC_LEN || L3 + total > frame.len() {
-        return None;
-    }
-    if !cfg!(fuzzing) && crate::ipv4::internet_checksum(ip) != 0 {
-        return None;
-    }
     let udp = &h[UDP..BTH];
-    let udp_len = u16::from_be_bytes([udp[4], udp[5]]) as usize;
-    if u16::from_be_bytes([udp[2], udp[3]]) != ROCE_V2_PORT || udp_len != total - 20 {
-        return None;
-    }
     let end = L3 + total;
     let (roce, payload) = RoceRepr::parse(frame.get(BTH..end)?, BTH).ok()?;
     let mac = |o: usize| crate::ethernet::EthernetAddress([h[o], h[o + 1], h[o + 2], h[o + 3], h[o + 4], h[o + 5]]);
@@ -309,6 +293,97 @@ fn parse_common_ipv4(frame: &[u8]) -> Option<ParsedFrame<'_>> {
         roce,
         offsets: Offsets { l3: L3, udp: UDP, bth: BTH, payload: BTH + payload.start, icrc: end - ICRC_LEN, end },
         bytes: frame,
+    })
+}
+
+/// The IPv4 and UDP checks of the common-case parsers ([`parse_common_ipv4`],
+/// [`parse_bare_ipv4`]): untagged Ethernet, IPv4 without options or fragmentation, the header
+/// checksum right, UDP to 4791 with a length that agrees with the IP length, room for UDP + BTH
+/// + ICRC, all inside the frame. Returns the headers up to the BTH and the IP total length.
+#[inline(always)]
+fn common_ipv4_prefix(frame: &[u8]) -> Option<(&[u8; 42], usize)> {
+    const L3: usize = crate::ethernet::HEADER_LEN;
+    const UDP: usize = L3 + crate::ipv4::HEADER_LEN;
+    let h = frame.first_chunk::<42>()?;
+    // EtherType IPv4 (untagged), version 4, IHL 5.
+    if h[12..15] != [0x08, 0x00, 0x45] {
+        return None;
+    }
+    let ip: &[u8; 20] = h[L3..UDP].try_into().ok()?;
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    let flags_frag = u16::from_be_bytes([ip[6], ip[7]]);
+    // Not a fragment, UDP, room for UDP + BTH + ICRC, inside the frame, checksum right.
+    if flags_frag & 0x3fff != 0 || ip[9] != PROTOCOL_UDP || total < 20 + 8 + 12 + ICRC_LEN || L3 + total > frame.len() {
+        return None;
+    }
+    if !cfg!(fuzzing) && crate::ipv4::internet_checksum(ip) != 0 {
+        return None;
+    }
+    let udp = &h[UDP..];
+    let udp_len = u16::from_be_bytes([udp[4], udp[5]]) as usize;
+    if u16::from_be_bytes([udp[2], udp[3]]) != ROCE_V2_PORT || udp_len != total - 20 {
+        return None;
+    }
+    Some((h, total))
+}
+
+/// A RoCEv2 packet with nothing between its BTH and its payload, as a receive fast path wants
+/// it: the addresses, the BTH, the packet and the payload, without the reprs of a
+/// [`ParsedFrame`]. [`parse_bare_ipv4`] returns one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BareFrame<'a> {
+    /// IPv4 source address.
+    pub src: core::net::Ipv4Addr,
+    /// IPv4 destination address.
+    pub dst: core::net::Ipv4Addr,
+    /// The BTH.
+    pub bth: BthRepr,
+    /// The payload (pad excluded).
+    pub payload: &'a [u8],
+    /// The IP packet, IP header to ICRC (its four bytes included).
+    l3: &'a [u8],
+}
+
+impl BareFrame<'_> {
+    /// Check the ICRC, bringing `dst`'s cache lines in meanwhile
+    /// ([`ParsedFrame::check_icrc_prefetching`]).
+    #[inline]
+    pub fn check_icrc_prefetching(&self, dst: &[u8]) -> Result<(), Error> {
+        icrc::verify_prefetching(self.l3, crate::ethernet::HEADER_LEN + self.l3.len() - ICRC_LEN, dst)
+    }
+}
+
+/// [`parse_frame`] for the packets a receiver handles most, reduced to what it acts on: an
+/// untagged IPv4 frame (the checks of [`parse_frame`]'s common path) whose opcode carries a
+/// payload and no extension header (SEND and RDMA WRITE MIDDLE and LAST, SEND ONLY, READ
+/// response MIDDLE, ...). `None` for anything else, including every frame [`parse_frame`]
+/// refuses; when it returns a frame, [`parse_frame`] returns the same fields (a property test
+/// holds the two to that).
+#[inline]
+pub fn parse_bare_ipv4(frame: &[u8]) -> Option<BareFrame<'_>> {
+    const L3: usize = crate::ethernet::HEADER_LEN;
+    const BTH: usize = L3 + crate::ipv4::HEADER_LEN + crate::udp::HEADER_LEN;
+    let (h, total) = common_ipv4_prefix(frame)?;
+    let l3 = frame.get(L3..L3 + total)?;
+    let b = l3.get(BTH - L3..)?;
+    let bth = BthRepr::parse(&BthHeader::new_checked(b).ok()?, BTH).ok()?;
+    let info = bth.opcode.info()?;
+    if !info.headers.is_empty() || !info.has_payload {
+        return None;
+    }
+    // Payload and pad (whole words) between the BTH and the ICRC (`RoceRepr::parse`'s checks).
+    let rest = b.len().checked_sub(crate::bth::HEADER_LEN + ICRC_LEN)?;
+    let pad = bth.pad_count as usize;
+    if !rest.is_multiple_of(4) || pad > rest {
+        return None;
+    }
+    let ip = &h[L3..L3 + 20];
+    Some(BareFrame {
+        src: core::net::Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+        dst: core::net::Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+        bth,
+        payload: b.get(crate::bth::HEADER_LEN..crate::bth::HEADER_LEN + rest - pad)?,
+        l3,
     })
 }
 
@@ -607,6 +682,9 @@ mod tests {
         if op.info().unwrap().headers.contains(crate::HeaderKind::Aeth) {
             ext.aeth = Some(crate::AethRepr { syndrome: crate::Syndrome::ACK_UNLIMITED, msn: crate::Msn::new(3) });
         }
+        if op.info().unwrap().headers.contains(crate::HeaderKind::ImmDt) {
+            ext.immdt = Some(seed as u32);
+        }
         let roce = RoceRepr {
             bth: crate::BthRepr {
                 opcode: op,
@@ -629,8 +707,62 @@ mod tests {
         buf
     }
 
-    const OPS: [Opcode; 4] =
-        [Opcode::RC_RDMA_WRITE_MIDDLE, Opcode::RC_RDMA_WRITE_FIRST, Opcode::RC_SEND_ONLY, Opcode::RC_ACKNOWLEDGE];
+    const OPS: [Opcode; 6] = [
+        Opcode::RC_RDMA_WRITE_MIDDLE,
+        Opcode::RC_RDMA_WRITE_FIRST,
+        Opcode::RC_SEND_ONLY,
+        Opcode::RC_ACKNOWLEDGE,
+        Opcode::RC_RDMA_WRITE_LAST,
+        Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+    ];
+
+    /// A bare frame says what the general parser says of the same bytes: addresses, BTH,
+    /// payload, no extension header, and the same ICRC verdict.
+    fn same_bare(b: &BareFrame<'_>, g: &ParsedFrame<'_>) -> bool {
+        g.eth.is_some_and(|e| e.vlan.is_none())
+            && g.ip.src_addr() == core::net::IpAddr::V4(b.src)
+            && g.ip.dst_addr() == core::net::IpAddr::V4(b.dst)
+            && g.roce.bth == b.bth
+            && g.roce.ext == ExtHeaders::default()
+            && g.payload() == b.payload
+            && b.check_icrc_prefetching(&[]) == g.check_icrc()
+    }
+
+    #[test]
+    fn bare_path_takes_payload_packets_without_extension_headers() {
+        let bare = |op: Opcode, len: usize| parse_bare_ipv4(&frame(7, len, op)).is_some();
+        assert!(bare(Opcode::RC_RDMA_WRITE_MIDDLE, 256));
+        assert!(bare(Opcode::RC_RDMA_WRITE_LAST, 5));
+        assert!(bare(Opcode::RC_SEND_ONLY, 0));
+        assert!(!bare(Opcode::RC_RDMA_WRITE_FIRST, 256)); // RETH
+        assert!(!bare(Opcode::RC_SEND_LAST_WITH_IMMEDIATE, 8)); // ImmDt
+        assert!(!bare(Opcode::RC_ACKNOWLEDGE, 0)); // AETH, no payload
+        let f = frame(7, 256, Opcode::RC_RDMA_WRITE_MIDDLE);
+        let (b, g) = (parse_bare_ipv4(&f).unwrap(), parse_frame(&f).unwrap());
+        assert!(same_bare(&b, &g));
+        assert_eq!(b.payload.len(), 256);
+        assert!(b.check_icrc_prefetching(&[]).is_ok());
+        let mut bad = f.clone();
+        bad[100] ^= 1;
+        assert!(parse_bare_ipv4(&bad).unwrap().check_icrc_prefetching(&[]).is_err());
+        // What `RoceRepr::parse` refuses, the bare path declines: a PadCnt larger than the
+        // payload, a payload + pad that is not whole words (IP and UDP lengths kept consistent).
+        let mut padded = frame(7, 0, Opcode::RC_SEND_ONLY);
+        padded[43] |= 0x30;
+        assert!(parse_frame(&padded).is_err());
+        assert!(parse_bare_ipv4(&padded).is_none());
+        for shorter in 1..4 {
+            let mut g = frame(7, 256, Opcode::RC_RDMA_WRITE_MIDDLE);
+            let total = u16::from_be_bytes([g[16], g[17]]) - shorter;
+            g[16..18].copy_from_slice(&total.to_be_bytes());
+            g[38..40].copy_from_slice(&(total - 20).to_be_bytes());
+            g[24..26].fill(0);
+            let c = crate::ipv4::internet_checksum(&g[14..34]);
+            g[24..26].copy_from_slice(&c.to_be_bytes());
+            assert!(parse_frame(&g).is_err(), "{shorter}");
+            assert!(parse_bare_ipv4(&g).is_none(), "{shorter}");
+        }
+    }
 
     proptest! {
         /// The common-case parser returns exactly what the general parser returns, or declines;
@@ -658,6 +790,10 @@ mod tests {
             f.truncate(keep);
             f.extend(core::iter::repeat_n(0xee, extra));
             let general = parse_general(&f);
+            if let Some(b) = parse_bare_ipv4(&f) {
+                let g = general.as_ref().expect("the general path accepts what the bare path accepts");
+                prop_assert!(same_bare(&b, g), "{:?} vs {:?}", b, g);
+            }
             if let Some(p) = parse_common_ipv4(&f) {
                 let g = general.expect("the general path accepts what the fast path accepts");
                 prop_assert!(same(&p, &g), "{:?} vs {:?}", p, g);
