@@ -83,4 +83,6 @@ counters! {
     rcvd_cnp,
     /// Completions delivered beyond a CQ's capacity (an overflow; none are lost).
     cq_overflow,
+    /// Packets placed by the receive fast path (RDMA WRITE MIDDLE; also in `rcvd_pkts`).
+    rx_fast_path_pkts,
 }

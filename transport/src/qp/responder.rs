@@ -470,6 +470,47 @@ impl Qp {
         Ok(())
     }
 
+    /// The responder's share of the receive fast path ([`crate::Device`]'s `handle_frame`): an
+    /// RDMA WRITE MIDDLE packet `b` (opcode, P_Key and addresses already checked) is placed if,
+    /// and only if, every check `handle_request` → `execute_request` → `exec_write` makes
+    /// passes — receiving state, the expected PSN, a WRITE in progress (C9-87), REMOTE_WRITE
+    /// allowed on the QP, a full path-MTU payload (C9-92) within what the RETH announced, the
+    /// region's R_Key, PD, access and bounds (C9-88) — and its ICRC is right; then with the
+    /// same effects (copy, next PSN and address, the ACK if asked for, the NAK latch cleared).
+    /// `false`: nothing changed.
+    pub(crate) fn place_write_middle(
+        &mut self,
+        mrs: &mut crate::mr::MrTable,
+        counters: &mut crate::counters::Counters,
+        b: &uroce_wire::BareFrame<'_>,
+        check_icrc: bool,
+    ) -> bool {
+        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) || b.bth.psn != self.resp.epsn {
+            return false;
+        }
+        let InMsg::Write { rkey, va, resid, total } = self.resp.msg else { return false };
+        if !self.attr.qp_access_flags.contains(AccessFlags::REMOTE_WRITE) {
+            return false;
+        }
+        let n = b.payload.len();
+        if n != self.mtu() || n as u64 > resid as u64 {
+            return false;
+        }
+        let Ok(dst) = mrs.slice_mut(rkey, self.pd, va, n, AccessFlags::REMOTE_WRITE) else { return false };
+        if check_icrc && !cfg!(fuzzing) && b.check_icrc_prefetching(dst).is_err() {
+            return false;
+        }
+        uroce_wire::copy::bulk_copy(dst, b.payload);
+        self.resp.epsn = self.resp.epsn.add(1);
+        self.resp.msg = InMsg::Write { rkey, va: va + n as u64, resid: resid - n as u32, total };
+        if b.bth.ack_req {
+            let msn = self.resp.msn;
+            self.resp.push_ack(b.bth.psn, msn, &mut counters.ack_deferred);
+        }
+        self.resp.nak_latched = false;
+        true
+    }
+
     fn exec_read(&mut self, ctx: &mut Ctx<'_>, reth: RethRepr, psn: Psn, mtu: usize) -> Result<(), RespError> {
         if reth.dma_len > 0 {
             ctx.mrs
