@@ -85,4 +85,6 @@ counters! {
     cq_overflow,
     /// Packets placed by the receive fast path (RDMA WRITE MIDDLE; also in `rcvd_pkts`).
     rx_fast_path_pkts,
+    /// Packets built by the transmit fast path (SEND and WRITE MIDDLE; also in `sent_pkts`).
+    tx_fast_path_pkts,
 }

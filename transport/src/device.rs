@@ -74,6 +74,9 @@ pub struct DeviceConfig {
     /// Take the receive fast path for the bulk of a large RDMA WRITE ([`Device::handle_frame`]);
     /// off, every frame goes through the general path (same effects, slower).
     pub rx_fast_path: bool,
+    /// Build the MIDDLE packets of large SENDs and WRITEs on the transmit fast path; off, every
+    /// packet is built by the general path (byte for byte the same frames, slower).
+    pub tx_fast_path: bool,
 }
 
 impl DeviceConfig {
@@ -97,6 +100,7 @@ impl DeviceConfig {
             ipv4_ident: Ipv4Ident::Counter,
             quirks: Quirks::default(),
             rx_fast_path: true,
+            tx_fast_path: true,
         }
     }
 }
@@ -766,6 +770,11 @@ impl Device {
     /// it to the general path in a test.
     pub fn set_rx_fast_path(&mut self, on: bool) {
         self.cfg.rx_fast_path = on;
+    }
+
+    /// Switch the transmit fast path on or off ([`DeviceConfig::tx_fast_path`]).
+    pub fn set_tx_fast_path(&mut self, on: bool) {
+        self.cfg.tx_fast_path = on;
     }
 
     /// Feed one received Ethernet frame.

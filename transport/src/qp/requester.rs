@@ -347,6 +347,11 @@ impl Qp {
         psn: Psn,
         mtu: usize,
     ) -> Option<(usize, bool)> {
+        if ctx.cfg.tx_fast_path {
+            if let Some(len) = self.build_middle(ctx, buf, cur, psn, mtu) {
+                return Some((len, false));
+            }
+        }
         let off = self.req.cur_off;
         if self.sq.get(cur).opcode == WrOpcode::RdmaRead {
             self.sq.get_mut(cur).read_req_off = off;
@@ -435,6 +440,54 @@ impl Qp {
             self.req.cur_off = next_off;
         }
         Some((len, send_end))
+    }
+
+    /// The transmit fast path: the MIDDLE packet of a SEND or RDMA WRITE (with or without
+    /// immediate or invalidate: those ride on the last packet) from a one-SGE, non-inline WQE —
+    /// the bulk of a large transfer — built without `build_request`'s per-packet decisions
+    /// (position, extension headers, the gather-list walk): headers from the template, one
+    /// path-MTU payload copied and CRC-ed in one pass from the region, the next packet's source
+    /// prefetched. Byte for byte the frame `build_request` builds, with the same state changes;
+    /// `None`, with no effect, for anything else, or if the region no longer covers the bytes
+    /// (the general path then fails the WR). `tests/tx_fast_path.rs` holds the two to that.
+    fn build_middle(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8], cur: u64, psn: Psn, mtu: usize) -> Option<usize> {
+        let w = self.sq.get(cur);
+        let opcode = match w.opcode {
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => Opcode::RC_RDMA_WRITE_MIDDLE,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => Opcode::RC_SEND_MIDDLE,
+            _ => return None,
+        };
+        let (off, n) = (self.req.cur_off, mtu as u32);
+        // Neither the first packet nor the last (`build_request`'s `Position::Middle`).
+        if w.is_inline || w.num_sge != 1 || off == 0 || off.checked_add(n)? >= w.length {
+            return None;
+        }
+        let sge = w.sges()[0];
+        let next_off = off + n;
+        // What the next packet reads, fetched meanwhile (`gather_to`'s `ahead` and `more`).
+        let ahead = (w.length - next_off).min(n) as usize;
+        let at = sge.addr.checked_add(off as u64)?;
+        let src = ctx.mrs.slice(sge.lkey, self.pd, at, n as usize + ahead, AccessFlags::NONE).ok()?;
+        let (piece, next) = src.split_at(n as usize);
+        let tpl = self.template.as_ref()?;
+        // rxe `init_req_packet`: AckReq on the packet after RXE_MAX_PKT_PER_ACK without one.
+        let ack_req = self.req.noack_pkts > ctx.cfg.ack_req_interval;
+        let none = ExtHeaders::default();
+        let len = tpl.emit_copy(buf, ctx.idents, opcode, psn, ack_req, false, &none, n as usize, |w| {
+            w.copy_prefetching(piece, next)
+        })?;
+        if ack_req {
+            self.req.noack_pkts = 0;
+        } else {
+            self.req.noack_pkts += 1;
+        }
+        let next_psn = psn.add(1);
+        if next_psn.after(self.req.high_psn) {
+            self.req.high_psn = next_psn;
+        }
+        self.req.cur_off = next_off;
+        ctx.counters.tx_fast_path_pkts += 1;
+        Some(len)
     }
 
     /// Go-Back-N: resend from `psn` (IBTA §9.7.5.1.1; rxe `req_retry`): the WQE holding `psn`
