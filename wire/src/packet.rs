@@ -72,38 +72,7 @@ impl RoceRepr {
             Error::Truncated { layer, offset: off, need: hl + ICRC_LEN, have: b.len() }
         })?;
         let ext = ExtHeaders::parse(info, &b[crate::bth::HEADER_LEN..hl]);
-        let rest = b.len() - hl - ICRC_LEN; // payload + pad
-        let pad = bth.pad_count as usize;
-        if !info.has_payload && rest != 0 {
-            return Err(Error::Length {
-                layer: Layer::Payload,
-                offset: off + hl,
-                field: "payload (opcode carries none)",
-                declared: 0,
-                actual: rest,
-            });
-        }
-        // Payload and pad fill whole 4-byte words (IBTA §9.3: PadCnt pads the payload "to a
-        // multiple of 4 bytes"); with that, PadCnt always equals `pad_for(payload_len)`.
-        if !rest.is_multiple_of(4) {
-            return Err(Error::Length {
-                layer: Layer::Payload,
-                offset: off + hl,
-                field: "payload + pad (not a multiple of 4)",
-                declared: rest,
-                actual: rest - rest % 4,
-            });
-        }
-        if pad > rest {
-            return Err(Error::Length {
-                layer: Layer::Payload,
-                offset: off + hl,
-                field: "PadCnt",
-                declared: pad,
-                actual: rest,
-            });
-        }
-        let payload_len = rest - pad;
+        let payload_len = payload_len(info, bth.pad_count, b.len() - hl - ICRC_LEN, off + hl)?;
         Ok((RoceRepr { bth, ext, payload_len }, hl..hl + payload_len))
     }
 
@@ -296,6 +265,38 @@ fn parse_common_ipv4(frame: &[u8]) -> Option<ParsedFrame<'_>> {
     })
 }
 
+/// The payload length of a packet whose `rest` bytes between its headers and its ICRC are
+/// payload and pad, PadCnt `pad`, the headers ending at frame offset `at` (for errors): the
+/// rules both [`RoceRepr::parse`] and [`parse_bare_ipv4`] apply.
+#[inline(always)]
+fn payload_len(info: &OpcodeInfo, pad: u8, rest: usize, at: usize) -> Result<usize, Error> {
+    let pad = pad as usize;
+    if !info.has_payload && rest != 0 {
+        return Err(Error::Length {
+            layer: Layer::Payload,
+            offset: at,
+            field: "payload (opcode carries none)",
+            declared: 0,
+            actual: rest,
+        });
+    }
+    // Payload and pad fill whole 4-byte words (IBTA §9.3: PadCnt pads the payload "to a
+    // multiple of 4 bytes"); with that, PadCnt always equals `pad_for(payload_len)`.
+    if !rest.is_multiple_of(4) {
+        return Err(Error::Length {
+            layer: Layer::Payload,
+            offset: at,
+            field: "payload + pad (not a multiple of 4)",
+            declared: rest,
+            actual: rest - rest % 4,
+        });
+    }
+    if pad > rest {
+        return Err(Error::Length { layer: Layer::Payload, offset: at, field: "PadCnt", declared: pad, actual: rest });
+    }
+    Ok(rest - pad)
+}
+
 /// The IPv4 and UDP checks of the common-case parsers ([`parse_common_ipv4`],
 /// [`parse_bare_ipv4`]): untagged Ethernet, IPv4 without options or fragmentation, the header
 /// checksum right, UDP to 4791 with a length that agrees with the IP length, room for UDP + BTH
@@ -371,18 +372,14 @@ pub fn parse_bare_ipv4(frame: &[u8]) -> Option<BareFrame<'_>> {
     if !info.headers.is_empty() || !info.has_payload {
         return None;
     }
-    // Payload and pad (whole words) between the BTH and the ICRC (`RoceRepr::parse`'s checks).
     let rest = b.len().checked_sub(crate::bth::HEADER_LEN + ICRC_LEN)?;
-    let pad = bth.pad_count as usize;
-    if !rest.is_multiple_of(4) || pad > rest {
-        return None;
-    }
+    let n = payload_len(info, bth.pad_count, rest, BTH + crate::bth::HEADER_LEN).ok()?;
     let ip = &h[L3..L3 + 20];
     Some(BareFrame {
         src: core::net::Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
         dst: core::net::Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
         bth,
-        payload: b.get(crate::bth::HEADER_LEN..crate::bth::HEADER_LEN + rest - pad)?,
+        payload: b.get(crate::bth::HEADER_LEN..crate::bth::HEADER_LEN + n)?,
         l3,
     })
 }

@@ -449,7 +449,7 @@ impl Qp {
     /// path-MTU payload copied and CRC-ed in one pass from the region, the next packet's source
     /// prefetched. Byte for byte the frame `build_request` builds, with the same state changes;
     /// `None`, with no effect, for anything else, or if the region no longer covers the bytes
-    /// (the general path then fails the WR). `tests/tx_fast_path.rs` holds the two to that.
+    /// (the general path then fails the WR). `tests/fast_paths.rs` holds the two to that.
     fn build_middle(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8], cur: u64, psn: Psn, mtu: usize) -> Option<usize> {
         let w = self.sq.get(cur);
         let opcode = match w.opcode {
