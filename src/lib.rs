@@ -12,5 +12,6 @@ pub mod netns;
 pub mod pcap;
 pub mod perf;
 pub mod pingpong;
+pub mod random;
 pub mod runtime;
 pub mod sample;

@@ -141,10 +141,11 @@ pub struct PerfArgs {
     /// Inject faults on received frames, e.g. `drop=0.01,seed=7` (see `io::inject`).
     #[arg(long)]
     inject: Option<crate::io::inject::FaultConfig>,
-    /// Seed of QPNs, keys and PSNs.
+    /// Seed of QPNs, keys and PSNs, for a reproducible run (default: from the operating system,
+    /// unpredictable).
     #[arg(long)]
     seed: Option<u64>,
-    /// No progress line on stderr.
+    /// No progress line on stderr (there is one only when stderr is a terminal).
     #[arg(long)]
     no_progress: bool,
     /// At exit, print the engine's non-zero counters, the port's stats and the fault
@@ -212,10 +213,8 @@ pub fn config(a: &PerfArgs) -> Result<PerfConfig> {
     c.backend = a.io.kind();
     c.pcap = a.pcap.clone();
     c.inject = a.inject.clone();
-    if let Some(s) = a.seed {
-        c.seed = s;
-    }
-    c.progress = !a.no_progress;
+    c.seed = a.seed;
+    c.progress &= !a.no_progress;
     c.counters = a.counters;
     if a.qp_timeout > 31 {
         bail!("-u must be between 0 and 31");

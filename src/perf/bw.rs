@@ -127,7 +127,8 @@ fn measure(run: &mut Run, size: usize) -> Result<BwResult> {
         }
     }
     if run.cfg.progress && last_print != start {
-        eprintln!();
+        // Erase the progress line, so that it never stays between the table's rows.
+        eprint!("\r\x1b[2K");
     }
     let elapsed = start.elapsed().as_secs_f64();
     let total: u64 = done.iter().sum();

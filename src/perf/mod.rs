@@ -128,9 +128,11 @@ pub struct PerfConfig {
     pub pcap: Option<std::path::PathBuf>,
     /// Fault injection.
     pub inject: Option<crate::io::inject::FaultConfig>,
-    /// Seed of QPNs, keys and PSNs (default: from the clock).
-    pub seed: u64,
-    /// Print a progress line every second on long runs.
+    /// Seed of QPNs, keys and PSNs (`--seed`); `None`: from the operating system
+    /// ([`crate::random::key_seed`]), so that no key can be predicted from the clock or the pid.
+    pub seed: Option<u64>,
+    /// Print a progress line every second on long runs (only where stderr is a terminal; the
+    /// line is erased before the result row is printed).
     pub progress: bool,
     /// Seconds to keep retrying the TCP connection (client).
     pub connect_timeout: Duration,
@@ -171,9 +173,8 @@ impl PerfConfig {
             backend: BackendKind::Xdp(Default::default()),
             pcap: None,
             inject: None,
-            seed: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-                ^ ((std::process::id() as u64) << 32),
-            progress: true,
+            seed: None,
+            progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
             connect_timeout: Duration::from_secs(30),
             counters: false,
             qp_timeout: 14,
@@ -238,7 +239,7 @@ pub fn run(cfg: PerfConfig, out: Box<dyn std::io::Write>) -> Result<Option<BwRes
         ifname: cfg.ifname.clone(),
         local_ip,
         backend: cfg.backend.clone(),
-        seed: cfg.seed,
+        seed: crate::random::key_seed(cfg.seed)?,
         pcap: cfg.pcap.clone(),
         inject: cfg.inject.clone(),
         tweak: None,
@@ -294,18 +295,32 @@ pub fn counters_report(port: &Port) -> String {
     out
 }
 
+/// Connect to the server, retrying (perftest's client gives up at once; uroce's waits, so a
+/// client may start first) and saying so on stderr after the first refusal.
 fn connect_tcp(host: &str, port: u16, timeout: Duration) -> Result<TcpStream> {
     let addrs: Vec<SocketAddr> =
         std::net::ToSocketAddrs::to_socket_addrs(&(host, port)).with_context(|| format!("resolve {host}"))?.collect();
-    let deadline = StdInstant::now() + timeout;
+    let start = StdInstant::now();
+    let mut last_err = None;
+    let mut told = false;
     loop {
         for a in &addrs {
-            if let Ok(s) = TcpStream::connect_timeout(a, Duration::from_secs(1)) {
-                return Ok(s);
+            match TcpStream::connect_timeout(a, Duration::from_secs(1)) {
+                Ok(s) => return Ok(s),
+                Err(e) => last_err = Some(e),
             }
         }
-        if StdInstant::now() > deadline {
-            bail!("no perftest server at {host}:{port}");
+        if !told {
+            told = true;
+            eprintln!(
+                "uroce perf: waiting for a perftest server at {host}:{port} (up to {} s; start `uroce perf <test>` \
+                 or `ib_<test>` there without a host)",
+                timeout.as_secs()
+            );
+        }
+        if start.elapsed() >= timeout {
+            let why = last_err.map_or_else(String::new, |e| format!(": {e}"));
+            bail!("no perftest server at {host}:{port} after {} s{why}", timeout.as_secs());
         }
         std::thread::sleep(Duration::from_millis(200));
     }
