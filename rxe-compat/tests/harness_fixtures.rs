@@ -327,7 +327,8 @@ fn write_readme(manifest: &[String], opcodes: &BTreeMap<String, BTreeMap<(u8, &'
          include perftest's TCP 18515 out-of-band exchange. SEND with immediate / with invalidate (which\n\
          perftest cannot send) come from `uroce-verbs-ops` (`rxe-compat/interop/verbs-ops.c`, built by\n\
          `build-guests.sh tools`), whose own fixed-format exchange uses TCP 18516.\n\
-         They are the project's own data (no third-party captures).\n\
+         They are the project's own data (no third-party captures; the public rxe captures the tests\n\
+         also read are in `rxe-public/`, with their origin and licence).\n\
          Re-record (root, QEMU, tshark, `build-guests.sh all tools`; ~80 s):\n\n\
          ```sh\n\
          UROCE_RECORD_FIXTURES=1 cargo test -p uroce-rxe-compat --test harness_fixtures -- --ignored --nocapture\n\

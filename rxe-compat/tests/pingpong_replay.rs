@@ -1,7 +1,7 @@
 //! Replays the ibv_rc_pingpong TCP exchange of the public rxe capture pingpong_rc.pcap
-//! (server on port 12345 there) against uroce's pingpong client and server, and checks the
-//! exchanged fields against the capture's RoCE SENDs. Also a loopback run over TCP.
-//! Skips (with a printed reason) when ../shared is absent.
+//! (`fixtures/rxe-public/`, server on port 12345 there) against uroce's pingpong client and
+//! server, and checks the exchanged fields against the capture's RoCE SENDs. Also a loopback
+//! run over TCP.
 
 mod common;
 
@@ -16,9 +16,7 @@ const CAPTURE_PORT: u16 = 12345;
 
 #[test]
 fn rc_pingpong_capture_replay() {
-    let Some(dir) = common::shared_captures() else {
-        return;
-    };
+    let dir = common::public_captures();
     let conv = common::tcp_conversation(&dir.join("pingpong_rc.pcap"), CAPTURE_PORT);
     assert_eq!(conv.sizes(Dir::ToServer), [MSG_LEN, DONE.len()], "{}", conv.shape());
     assert_eq!(conv.sizes(Dir::ToClient), [MSG_LEN], "{}", conv.shape());

@@ -2,9 +2,8 @@
 //! uroce's engine with it.
 //!
 //! * Captures: the project's own rxe-to-rxe fixtures (`rxe-compat/fixtures/*.pcap`, both kernel
-//!   generations; always present) and the public rxe captures in
-//!   `../shared/captures/rxe-public` (RDMA-CM, UD, UC, ibv_rc_pingpong; read when present,
-//!   skipped with a printed reason otherwise). Every test asserts exact values frame by frame
+//!   generations) and the public rxe captures copied beside them (`fixtures/rxe-public/`:
+//!   RDMA-CM, UD, UC, ibv_rc_pingpong); both are part of the repository. Every test asserts exact values frame by frame
 //!   and asserts that it saw the frames it is about, so a fixture that stops showing a
 //!   behaviour fails the test instead of passing vacuously.
 //! * Shipped modules: `rnr_timer_table_is_the_shipped_modules` and
@@ -195,9 +194,9 @@ fn fixtures() -> Vec<Capture> {
     v
 }
 
-/// The public rxe captures, when `../shared` is there (prints the reason otherwise).
+/// The public rxe captures (`fixtures/rxe-public/`).
 fn public() -> Vec<Capture> {
-    let Some(dir) = common::shared_captures() else { return Vec::new() };
+    let dir = common::public_captures();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -382,9 +381,7 @@ fn udp_source_port_is_rdma_get_udp_sport() {
     let [rc, cm, uc, ud, asym] = check_udp_sport(&all_captures());
     eprintln!("sport: {rc} RC (flow label 0), {cm} RC via RDMA-CM, {uc} UC, {ud} UD/GSI frames; {asym} between different QPNs");
     assert!(rc > 1000, "too few RC frames: {rc}");
-    if common::shared_captures().is_some() {
-        assert!(cm > 100 && uc >= 10 && ud >= 20 && asym > 200, "public captures: cm {cm} uc {uc} ud {ud} asym {asym}");
-    }
+    assert!(cm > 100 && uc >= 10 && ud >= 20 && asym > 200, "public captures: cm {cm} uc {uc} ud {ud} asym {asym}");
 }
 
 /// Frames checked per (kernel, IPv6).

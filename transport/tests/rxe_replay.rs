@@ -3,8 +3,8 @@
 //! value, payload length).
 //!
 //! Sources: the project's own rxe fixtures (`rxe-compat/fixtures/`, recorded by its QEMU
-//! harness with kernel 6.1 and 6.17 rxe) and, when present, the public rxe captures in
-//! `../shared/captures/rxe-public/`. For every (responder IP, responder QPN) in a capture a
+//! harness with kernel 6.1 and 6.17 rxe) and the public rxe captures copied beside them
+//! (`rxe-compat/fixtures/rxe-public/`); both are part of the repository. For every (responder IP, responder QPN) in a capture a
 //! fresh uroce device takes the responder's place: same QPN, same IP and MAC, the requester's
 //! MRs registered under the R_Keys and addresses the requests use.
 
@@ -204,13 +204,15 @@ fn connect(
         .unwrap();
 }
 
+/// The `.pcap` files of `dir` (part of the repository: none is a failure, never a skip).
 fn pcaps(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "pcap"))
         .collect();
     v.sort();
+    assert!(!v.is_empty(), "no captures in {}", dir.display());
     v
 }
 
@@ -231,11 +233,7 @@ fn uroce_responds_like_rxe_to_rxe_requests_project_fixtures() {
 
 #[test]
 fn uroce_responds_like_rxe_to_rxe_requests_public_captures() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures/rxe-public");
-    if !dir.is_dir() {
-        eprintln!("SKIP: {} not present (public rxe captures are not part of the project)", dir.display());
-        return;
-    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rxe-compat/fixtures/rxe-public");
     let mut mismatches = Vec::new();
     let mut responses = 0;
     for f in pcaps(&dir) {

@@ -1,32 +1,31 @@
-//! The real Linux rxe captures in ../shared/captures/rxe-public: every RoCEv2 frame decodes and
-//! every ICRC verifies; single-bit flips in covered fields break the ICRC, flips in masked
-//! fields do not.
+//! Real Linux rxe captures: the project's own rxe-to-rxe fixtures (`rxe-compat/fixtures/`, kernel
+//! 6.1 and 6.17 rxe, IPv4 and IPv6) and the public rxe captures copied beside them
+//! (`rxe-compat/fixtures/rxe-public/`): every RoCEv2 frame decodes and every ICRC verifies;
+//! single-bit flips in covered fields break the ICRC, flips in masked fields do not. Both sets
+//! are part of the repository, so nothing here depends on anything outside it.
 
 mod common;
 
+use std::path::PathBuf;
 use uroce_wire::{icrc, parse_frame, IpRepr, Opcode};
 
-fn roce_frames() -> Option<Vec<(String, Vec<u8>)>> {
-    let dir = common::shared_captures()?;
+/// (file name, frame) of every RoCEv2 frame of `files`.
+fn roce_frames(files: &[PathBuf]) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
-    for f in files.iter().filter(|p| p.extension().is_some_and(|e| e == "pcap")) {
+    for f in files {
         for fr in common::read_pcap(f) {
             if common::is_roce(&fr) {
                 out.push((f.file_name().unwrap().to_string_lossy().into_owned(), fr));
             }
         }
     }
-    Some(out)
+    out
 }
 
-#[test]
-fn every_rxe_frame_decodes_with_a_good_icrc() {
-    let Some(frames) = roce_frames() else { return };
-    assert!(frames.len() > 250, "expected the rxe-public captures to hold ~300 RoCE frames");
+/// Every frame decodes, verifies and re-emits to the same bytes; returns the opcodes seen.
+fn decode_all(frames: &[(String, Vec<u8>)]) -> std::collections::BTreeSet<Opcode> {
     let mut opcodes = std::collections::BTreeSet::new();
-    for (file, f) in &frames {
+    for (file, f) in frames {
         let p = parse_frame(f).unwrap_or_else(|e| panic!("{file}: {e}"));
         p.check_icrc().unwrap_or_else(|e| panic!("{file}: {e}"));
         opcodes.insert(p.roce.bth.opcode);
@@ -37,6 +36,14 @@ fn every_rxe_frame_decodes_with_a_good_icrc() {
         let n = r.emit(&mut buf, uroce_wire::UdpChecksum::Zero, |b| b.copy_from_slice(p.payload())).unwrap();
         assert_eq!(&buf[..n], &f[..p.offsets.end], "{file}: re-emit differs");
     }
+    opcodes
+}
+
+#[test]
+fn every_public_rxe_frame_decodes_with_a_good_icrc() {
+    let frames = roce_frames(&common::public_captures());
+    assert_eq!(frames.len(), 301, "the rxe-public captures hold 301 RoCE frames");
+    let opcodes = decode_all(&frames);
     // The captures cover these opcodes (rxe write/read/send/atomic/UD traffic).
     for op in [
         Opcode::RC_SEND_ONLY,
@@ -55,6 +62,43 @@ fn every_rxe_frame_decodes_with_a_good_icrc() {
     }
 }
 
+#[test]
+fn every_fixture_rxe_frame_decodes_with_a_good_icrc() {
+    let frames = roce_frames(&common::fixture_captures());
+    assert_eq!(frames.len(), 1060, "the project's rxe fixtures hold 1060 RoCE frames");
+    let v6 = frames.iter().filter(|(_, f)| matches!(parse_frame(f).map(|p| p.ip), Ok(IpRepr::V6(_)))).count();
+    assert!(v6 >= 200, "{v6} IPv6 frames");
+    let opcodes = decode_all(&frames);
+    // Every opcode rxe-to-rxe traffic produced (fixtures/README.md, "Coverage").
+    for op in [
+        Opcode::RC_SEND_FIRST,
+        Opcode::RC_SEND_MIDDLE,
+        Opcode::RC_SEND_LAST,
+        Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        Opcode::RC_SEND_ONLY,
+        Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        Opcode::RC_RDMA_WRITE_FIRST,
+        Opcode::RC_RDMA_WRITE_MIDDLE,
+        Opcode::RC_RDMA_WRITE_LAST,
+        Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        Opcode::RC_RDMA_WRITE_ONLY,
+        Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        Opcode::RC_RDMA_READ_REQUEST,
+        Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+        Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+        Opcode::RC_RDMA_READ_RESPONSE_LAST,
+        Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+        Opcode::RC_ACKNOWLEDGE,
+        Opcode::RC_ATOMIC_ACKNOWLEDGE,
+        Opcode::RC_COMPARE_SWAP,
+        Opcode::RC_FETCH_ADD,
+        Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+    ] {
+        assert!(opcodes.contains(&op), "no {op} in the fixtures");
+    }
+}
+
 /// Offsets (from the IP header) of the bits the ICRC masks.
 fn masked(v6: bool, byte: usize, bit: u8) -> bool {
     let ip = if v6 { 40 } else { 20 };
@@ -68,16 +112,18 @@ fn masked(v6: bool, byte: usize, bit: u8) -> bool {
 
 #[test]
 fn bit_flips_in_covered_fields_break_the_icrc_masked_ones_do_not() {
-    let Some(frames) = roce_frames() else { return };
-    // Every bit of the first frames of each opcode (all bits of ~20 frames is ~100k CRCs).
+    let mut frames = roce_frames(&common::public_captures());
+    frames.extend(roce_frames(&common::fixture_captures()));
+    // Every bit of the first frame of each (opcode, IP version) (all bits of ~40 frames is
+    // ~250k CRCs).
     let mut seen = std::collections::BTreeSet::new();
     let mut checked = 0;
     for (file, f) in &frames {
         let p = parse_frame(f).unwrap();
-        if !seen.insert(p.roce.bth.opcode) {
+        let v6 = matches!(p.ip, IpRepr::V6(_));
+        if !seen.insert((p.roce.bth.opcode, v6)) {
             continue;
         }
-        let v6 = matches!(p.ip, IpRepr::V6(_));
         let l3 = &f[p.offsets.l3..p.offsets.icrc];
         let base = icrc::compute(l3).unwrap();
         for byte in 0..l3.len() {
@@ -94,12 +140,14 @@ fn bit_flips_in_covered_fields_break_the_icrc_masked_ones_do_not() {
             }
         }
     }
+    let v6 = seen.iter().filter(|(_, v6)| *v6).count();
+    assert!(seen.len() >= 30 && v6 >= 10, "{} (opcode, IP version) pairs, {v6} of them IPv6", seen.len());
     assert!(checked > 10_000);
 }
 
 #[test]
 fn named_masked_fields_keep_the_icrc_valid_on_a_real_frame() {
-    let Some(frames) = roce_frames() else { return };
+    let frames = roce_frames(&common::public_captures());
     let (_, f) = frames.iter().find(|(n, _)| n == "rdma_write_bw.pcap").unwrap();
     let mut f = f.clone();
     let o = parse_frame(&f).unwrap().offsets;

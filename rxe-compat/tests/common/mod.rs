@@ -1,21 +1,23 @@
-//! Shared helpers for the rxe-compat integration tests: the real captures in ../shared, TCP
-//! stream reassembly from them, and an in-memory stream that replays one side's bytes.
+//! Shared helpers for the rxe-compat integration tests: where the real rxe captures are (the
+//! project's fixtures and the public captures beside them), TCP stream reassembly from them,
+//! and an in-memory stream that replays one side's bytes.
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-/// The real rxe captures in ../shared (not part of the project). `None` (with a printed
-/// reason) when the directory is absent: the project may be checked out without ../shared.
-pub fn shared_captures() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures/rxe-public");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("SKIP: {} is not there; the capture replay tests need ../shared/captures/rxe-public", dir.display());
-        None
-    }
+/// The public Linux rxe captures (third-party, copied into the repository with their origin and
+/// licence: `fixtures/rxe-public/README.md`). Part of the repository, so never skipped.
+pub fn public_captures() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/rxe-public");
+    assert!(dir.join("README.md").is_file(), "{} is missing (it is part of the repository)", dir.display());
+    dir
+}
+
+/// The project's own rxe-to-rxe fixtures (`fixtures/rxe-*.pcap`, recorded by its QEMU harness).
+pub fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }
 
 /// One link-layer frame's IP packet, whatever the capture's link type.
@@ -64,6 +66,8 @@ pub struct TcpConversation {
     pub client: Vec<u8>,
     /// All server-to-client bytes in order.
     pub server: Vec<u8>,
+    /// Indices (in the capture) from the connection's first frame to its last.
+    pub frames: std::ops::Range<usize>,
 }
 
 impl TcpConversation {
@@ -82,26 +86,44 @@ impl TcpConversation {
 }
 
 /// Reassemble both directions of the (single) IPv4 TCP connection to `server_port`,
-/// in sequence-number order; panics on a gap (an incomplete capture).
+/// in sequence-number order; panics on a gap (an incomplete capture) or on more than one
+/// connection.
 pub fn tcp_conversation(path: &Path, server_port: u16) -> TcpConversation {
+    let mut v = tcp_conversations(path, server_port);
+    assert_eq!(v.len(), 1, "{}: {} TCP connections to port {server_port}", path.display(), v.len());
+    v.remove(0)
+}
+
+/// Every IPv4 TCP connection to `server_port` in a capture (one per client port, in the order
+/// of their SYNs), each reassembled as [`tcp_conversation`] does.
+pub fn tcp_conversations(path: &Path, server_port: u16) -> Vec<TcpConversation> {
     let (dl, frames) = read_pcap(path);
-    let mut conv = TcpConversation::default();
-    let mut next: [Option<u32>; 2] = [None, None];
-    for f in &frames {
+    // client port -> (index into `convs`, next expected sequence number per direction)
+    let mut by_port: std::collections::HashMap<u16, (usize, [Option<u32>; 2])> = Default::default();
+    let mut convs: Vec<TcpConversation> = Vec::new();
+    for (no, f) in frames.iter().enumerate() {
         let Some(s) = sliced(dl, f) else { continue };
         let (Some(etherparse::NetSlice::Ipv4(ip)), Some(etherparse::TransportSlice::Tcp(tcp))) = (&s.net, &s.transport)
         else {
             continue;
         };
-        let dir = if tcp.destination_port() == server_port {
-            conv.client_ip = ip.header().source();
-            conv.server_ip = ip.header().destination();
-            Dir::ToServer
+        let (dir, client_port) = if tcp.destination_port() == server_port {
+            (Dir::ToServer, tcp.source_port())
         } else if tcp.source_port() == server_port {
-            Dir::ToClient
+            (Dir::ToClient, tcp.destination_port())
         } else {
             continue;
         };
+        let (ci, next) = by_port.entry(client_port).or_insert_with(|| {
+            convs.push(TcpConversation { frames: no..no + 1, ..Default::default() });
+            (convs.len() - 1, [None, None])
+        });
+        let conv = &mut convs[*ci];
+        conv.frames.end = no + 1;
+        if dir == Dir::ToServer {
+            conv.client_ip = ip.header().source();
+            conv.server_ip = ip.header().destination();
+        }
         let i = dir as usize;
         let seq = tcp.sequence_number();
         if tcp.syn() {
@@ -127,7 +149,37 @@ pub fn tcp_conversation(path: &Path, server_port: u16) -> TcpConversation {
         }
         conv.segments.push((dir, new.to_vec()));
     }
-    conv
+    convs
+}
+
+/// RoCEv2 frames (UDP 4791) of an Ethernet capture: (index of the frame in the capture,
+/// IPv4 or IPv6 source address, frame).
+pub fn roce_frames_indexed(path: &Path) -> Vec<(usize, std::net::IpAddr, Vec<u8>)> {
+    let (dl, frames) = read_pcap(path);
+    assert_eq!(dl, pcap_file::DataLink::ETHERNET, "uroce_wire::parse_frame needs Ethernet frames");
+    frames
+        .into_iter()
+        .enumerate()
+        .filter_map(|(no, f)| {
+            let src = {
+                let s = sliced(dl, &f)?;
+                match (&s.net, &s.transport) {
+                    (Some(etherparse::NetSlice::Ipv4(ip)), Some(etherparse::TransportSlice::Udp(u)))
+                        if u.destination_port() == 4791 =>
+                    {
+                        std::net::IpAddr::from(ip.header().source())
+                    }
+                    (Some(etherparse::NetSlice::Ipv6(ip)), Some(etherparse::TransportSlice::Udp(u)))
+                        if u.destination_port() == 4791 =>
+                    {
+                        std::net::IpAddr::from(ip.header().source())
+                    }
+                    _ => return None,
+                }
+            };
+            Some((no, src, f))
+        })
+        .collect()
 }
 
 /// RoCEv2 frames (UDP 4791) of a capture with their IPv4 source address.

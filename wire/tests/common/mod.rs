@@ -1,20 +1,30 @@
 //! Shared helpers for the wire integration tests.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// The real rxe captures in ../shared (not part of the project; see the README).
-pub fn shared_captures() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/captures/rxe-public");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIP: {} is not there; the real-rxe capture tests need ../shared/captures/rxe-public",
-            dir.display()
-        );
-        None
-    }
+/// The project's own rxe-to-rxe fixtures (`rxe-compat/fixtures/`, recorded by its QEMU harness
+/// with kernel 6.1 and 6.17 rxe). Part of the repository: a missing one is a failure.
+pub fn fixture_captures() -> Vec<PathBuf> {
+    pcaps(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../rxe-compat/fixtures"))
+}
+
+/// The public Linux rxe captures (`rxe-compat/fixtures/rxe-public/`, third-party, copied into
+/// the repository with their licence). Part of the repository: a missing one is a failure.
+pub fn public_captures() -> Vec<PathBuf> {
+    pcaps(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../rxe-compat/fixtures/rxe-public"))
+}
+
+/// The `.pcap` files of `dir`, sorted; panics when there are none (never a silent pass).
+fn pcaps(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pcap"))
+        .collect();
+    v.sort();
+    assert!(!v.is_empty(), "no captures in {}", dir.display());
+    v
 }
 
 /// Ethernet frames of a pcap file.

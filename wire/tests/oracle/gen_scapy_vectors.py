@@ -472,7 +472,7 @@ def main():
     g.add_argument("--write", action="store_true", help="rewrite %s" % os.path.basename(DATA))
     g.add_argument("--check", action="store_true", help="exit 1 if the committed data drifted")
     g.add_argument("--crosscheck-rxe", metavar="PCAP_DIR",
-                   help="compare scapy's ICRC with real rxe captures (e.g. ../shared/captures/rxe-public)")
+                   help="compare scapy's ICRC with real rxe captures (e.g. rxe-compat/fixtures/rxe-public)")
     a = ap.parse_args()
     if a.crosscheck_rxe:
         return crosscheck_rxe(a.crosscheck_rxe)
