@@ -123,8 +123,10 @@ pub struct PingpongConfig {
     pub pcap: Option<std::path::PathBuf>,
     /// Fault injection on received frames.
     pub inject: Option<crate::io::inject::FaultConfig>,
-    /// Seed of QPNs, keys and the PSN.
-    pub seed: u64,
+    /// Seed of QPNs, keys and the PSN (`--seed`): `None` (the default) draws it from the
+    /// operating system when the run starts ([`crate::random::key_seed`]), so nothing a peer
+    /// sees predicts it; `Some` makes the run's key material reproducible.
+    pub seed: Option<u64>,
     /// How long the client retries its TCP connection.
     pub connect_timeout: Duration,
     /// Give up when no completion arrives for this long.
@@ -160,8 +162,7 @@ impl Default for PingpongConfig {
             backend: BackendKind::Xdp(Default::default()),
             pcap: None,
             inject: None,
-            seed: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-                ^ ((std::process::id() as u64) << 32),
+            seed: None,
             connect_timeout: Duration::from_secs(30),
             stall_timeout: Duration::from_secs(30),
             counters: false,
@@ -476,7 +477,7 @@ pub fn run(cfg: &PingpongConfig, out: &mut dyn Write) -> Result<Summary> {
         ifname: cfg.ifname.clone(),
         local_ip,
         backend: cfg.backend.clone(),
-        seed: cfg.seed,
+        seed: crate::random::key_seed(cfg.seed)?,
         pcap: cfg.pcap.clone(),
         inject: cfg.inject.clone(),
         tweak: match cfg.retry_forever {

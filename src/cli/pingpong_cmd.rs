@@ -106,7 +106,8 @@ pub struct PingpongArgs {
     /// Inject faults on received frames, e.g. `drop=0.01,seed=7` (see `io::inject`).
     #[arg(long)]
     inject: Option<crate::io::inject::FaultConfig>,
-    /// Seed of the QPN, keys and PSN.
+    /// Seed of the QPN, keys and PSN, for a reproducible run (default: a seed from the
+    /// operating system's random source, different on every run).
     #[arg(long)]
     seed: Option<u64>,
     /// Seconds the client keeps retrying its TCP connection.
@@ -169,7 +170,7 @@ pub fn config(a: &PingpongArgs) -> Result<PingpongConfig> {
     if a.sl > 7 {
         bail!("-l must be between 0 and 7 (RoCE carries the SL as the 802.1p priority)");
     }
-    let mut c = PingpongConfig {
+    let c = PingpongConfig {
         host: a.host.clone(),
         port: a.port as u16,
         ifname: a.dev.clone(),
@@ -194,11 +195,9 @@ pub fn config(a: &PingpongArgs) -> Result<PingpongConfig> {
         counters: a.counters,
         retry_forever: a.retry_forever,
         corrupt_send: a.debug_corrupt_send,
+        seed: a.seed,
         ..PingpongConfig::default()
     };
-    if let Some(s) = a.seed {
-        c.seed = s;
-    }
     let _ = (a.new_send, a.allow_cc_unprotected);
     Ok(c)
 }
@@ -247,6 +246,8 @@ mod tests {
         let c = parse(&[]).unwrap();
         assert_eq!((c.port, c.size, c.mtu, c.rx_depth, c.iters, c.sl), (18515, 4096, Mtu::Mtu1024, 500, 1000, 0));
         assert!(c.host.is_none() && !c.validate && c.gid_index.is_none());
+        assert_eq!(c.seed, None, "no --seed: the seed comes from the OS when the run starts");
+        assert_eq!(parse(&["--seed", "42"]).unwrap().seed, Some(42));
     }
 
     #[test]

@@ -36,7 +36,11 @@ pub struct PortConfig {
     pub local_ip: IpAddr,
     /// The backend.
     pub backend: BackendKind,
-    /// Seed of the engine's random choices (QPNs, keys).
+    /// Seed of the engine's random choices (QPNs, initial PSNs, rkeys/lkeys, the IPv4
+    /// identification start): everything a peer must not predict derives from it. There is
+    /// no default on purpose: a caller without a user-given seed takes one from
+    /// [`crate::random::key_seed`]`(None)` (the operating system), never from the clock or
+    /// the pid; a fixed value is for tests and `--seed` runs only.
     pub seed: u64,
     /// Capture every frame sent and received to this pcap file.
     pub pcap: Option<PathBuf>,
