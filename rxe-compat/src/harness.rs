@@ -356,10 +356,24 @@ pub fn in_ci() -> bool {
     env_flag("CI")
 }
 
+/// The one rule for a test whose prerequisite is missing (`why`, which names the test and
+/// what it lacks): under CI ([`in_ci`]) it panics, so the test fails; otherwise it writes
+/// `SKIP <why>` straight to stderr (libtest captures `eprintln!` of passing tests, and a skip
+/// must be seen) and returns false (the caller returns early). The interop harness, this
+/// crate's tests and the root package's tests all go through it.
+pub fn skip_or_fail(why: &str) -> bool {
+    if in_ci() {
+        panic!("{why} (CI set: a missing prerequisite fails the test)");
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIP {why} (with CI=1 this fails)");
+    false
+}
+
 /// Gate for tests that need the harness: true when everything for `flavours` (plus tcpdump when
-/// `capture`) is present. Missing images are built first when `UROCE_INTEROP_BUILD=1`. Otherwise,
-/// under CI this panics with the exact list of what is missing; outside CI it prints
-/// `SKIP <test>: ...` to stderr and returns false (the caller returns early).
+/// `capture`) is present. Missing images are built first when `UROCE_INTEROP_BUILD=1`. Otherwise
+/// [`skip_or_fail`] with the exact list of what is missing: a panic under CI, `SKIP <test>: ...`
+/// on stderr and false (the caller returns early) elsewhere.
 pub fn require_or_skip(test: &str, flavours: &[Flavour], capture: bool) -> bool {
     let mut res = check_prerequisites(flavours, capture);
     if let Err(HarnessError::Missing(m)) = &res {
@@ -371,11 +385,7 @@ pub fn require_or_skip(test: &str, flavours: &[Flavour], capture: bool) -> bool 
     }
     match res {
         Ok(()) => true,
-        Err(e) if in_ci() => panic!("{test}: CI requires the interop harness: {e}"),
-        Err(e) => {
-            eprintln!("SKIP {test}: {e}");
-            false
-        }
+        Err(e) => skip_or_fail(&format!("{test}: needs the interop harness: {e}")),
     }
 }
 

@@ -1,21 +1,16 @@
 //! Helpers shared by the root package's integration tests.
 #![allow(dead_code)]
 
-/// True when running under CI (`CI` set to anything but empty/0/false).
+/// True when running under CI (`CI` set to anything but empty/0/false): the one rule,
+/// `uroce_rxe_compat::harness::in_ci`.
 pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+    uroce_rxe_compat::harness::in_ci()
 }
 
-/// A test prerequisite is missing: fail in CI, skip loudly elsewhere. Returns false to skip.
+/// A test prerequisite is missing: fail in CI, skip loudly elsewhere
+/// (`uroce_rxe_compat::harness::skip_or_fail`). Returns false to skip.
 pub fn require(ok: bool, what: &str) -> bool {
-    if ok {
-        return true;
-    }
-    if in_ci() {
-        panic!("prerequisite missing in CI: {what}");
-    }
-    eprintln!("SKIP: prerequisite missing: {what} (this test fails instead of skipping when CI=1)");
-    false
+    ok || uroce_rxe_compat::harness::skip_or_fail(&format!("prerequisite missing: {what}"))
 }
 
 /// Is `prog` on PATH?
