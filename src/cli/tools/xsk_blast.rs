@@ -1,26 +1,43 @@
 //! `uroce tool xsk-blast`: a raw AF_XDP frame blaster and sink.
 //!
-//! The I/O ceiling of the AF_XDP datapath at a given frame size, measured with the code the
-//! AF_XDP backend uses ([`XskSocket`], [`XdpSteering`]) and nothing else: the sender
-//! repeats one prebuilt frame as fast as the TX ring, the `XDP_MAX_TX_SKB_BUDGET` and the
-//! kernel take it; the sink attaches the XDP program, registers a socket per RX queue and
-//! counts what arrives. No RoCE processing happens on either side, so `uroce perf write_bw`
-//! over AF_XDP on the same link can be judged against this packet rate.
+//! The I/O ceiling of the AF_XDP datapath at a given frame size, measured with uroce's own
+//! AF_XDP layer ([`XskSocket`]: the same UMEM, rings, need-wakeup handling, TX budget and
+//! multi-buffer code, with the AF_XDP backend's ring geometry) and XDP program
+//! ([`XdpSteering`]), and nothing else: no RoCE engine on either side. `uroce perf write_bw`
+//! over AF_XDP on the same link is judged against this packet rate, so the blaster does what
+//! the best AF_XDP code does and no per-frame work beyond it:
+//!
+//! * TX: every TX chunk holds its frame from the start (written once; a chunk is rewritten
+//!   only when a multi-buffer packet puts it in another segment position), so a frame costs
+//!   a descriptor, not a copy. Each round reclaims every completion, fills the TX ring up to
+//!   `--batch` descriptors, publishes them with one store and kicks once (`sendto`, which in
+//!   copy mode transmits up to `XDP_MAX_TX_SKB_BUDGET` descriptors; EAGAIN is progress).
+//! * RX: one socket per queue, fill ring stocked at bind and refilled after every batch;
+//!   the sink busy-polls its rings (never sleeping while frames flow: a sleeping AF_XDP
+//!   reader makes the kernel wake it from the sender's CPU on every flush, which on this
+//!   VM cost the sending CPU half its time) and sleeps in `poll` only after `--spin-us` of
+//!   silence. It counts frames, bytes and lengths; `--verify` also parses every frame and
+//!   checks its ICRC.
 //!
 //! The frame is a valid RoCEv2 RC RDMA WRITE MIDDLE packet (Ethernet/IPv4/UDP 4791/BTH,
-//! payload, ICRC computed by `uroce_wire`), so a RoCE-aware sink accepts it (`--rx
-//! --verify` checks the ICRC of every frame). Its PSN is fixed: a real responder would NAK
-//! or drop the repeats as duplicates, which does not matter for an I/O measurement.
+//! payload, ICRC computed by `uroce_wire`) of exactly the size uroce's write_bw puts on the
+//! wire at that path MTU (1082 B at 1024, 4154 B at 4096), so packet rates compare. Its PSN
+//! is fixed: a real responder would NAK or drop the repeats as duplicates, which does not
+//! matter for an I/O measurement.
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::io::xsk::{BindMode, XskConfig, XskSocket, XskStatistics};
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::io::xsk::{BindMode, TxFrame, XskConfig, XskSocket, XskStatistics};
 use uroce_wire::{
     bth, BthRepr, Ecn, EtherType, EthernetAddress, EthernetRepr, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Opcode, Psn,
     Qpn, RoceRepr, UdpChecksum, UdpRepr, ROCE_V2_PORT,
@@ -37,35 +54,46 @@ const SINGLE_CHUNK_FRAME: usize = 4096 - 256;
 
 pub(super) const LONG_ABOUT: &str = "\
 Raw AF_XDP frame blaster (--tx) and sink (--rx): the I/O ceiling of the AF_XDP datapath at a
-frame size, with the same AF_XDP socket layer and XDP program the AF_XDP backend uses.
+frame size, with uroce's own AF_XDP socket layer (UMEM, rings, need-wakeup, TX budget,
+multi-buffer; the AF_XDP backend's ring geometry) and XDP program, without the RoCE engine.
 
-  sink:    uroce tool xsk-blast --dev IF --rx [--secs S]
+  sink:    uroce tool xsk-blast --dev IF --rx [--secs S] [--verify] [--expect N]
   blaster: uroce tool xsk-blast --dev IF --tx --dst-mac M --src-ip A --dst-ip B \\
-               [--frame-size N] [--secs S]
+               [--frame-size N] [--secs S | --count N]
 
 The blaster sends one prebuilt, valid RoCEv2 frame (Ethernet/IPv4/UDP 4791, RC RDMA WRITE
-MIDDLE, correct ICRC, UDP checksum 0) for S seconds in batches (one TX-ring publish and kick
-per batch, XDP_MAX_TX_SKB_BUDGET raised to --budget), then drains and counts completions.
+MIDDLE, correct ICRC, UDP checksum 0) for S seconds, or exactly N times, then drains and
+counts completions. Every TX chunk is written once; each round reclaims all completions,
+queues up to --batch descriptors, publishes them at once and kicks once (sendto; in copy
+mode the kernel transmits up to --budget = XDP_MAX_TX_SKB_BUDGET descriptors per kick).
 --frame-size is the Ethernet frame without FCS: payload = (N - 58) rounded down to a
 multiple of 4; the 0..3 bytes left over are Ethernet padding after the IP packet. The
-default 1082 is a full RDMA WRITE MIDDLE frame at path MTU 1024 (4154 for MTU 4096, which
-needs an interface MTU >= 4140 and uses multi-buffer AF_XDP).
+default 1082 is a full RDMA WRITE MIDDLE frame at path MTU 1024, what `uroce perf write_bw
+-m 1024` sends (4154 for MTU 4096, which needs an interface MTU >= 4140 and uses
+multi-buffer AF_XDP, as uroce does on such a link).
 
 The sink attaches the XDP program (UDP/4791 -> AF_XDP), binds one socket per RX queue
-(or --queue), prints a ready line, and counts frames and bytes. It stops --secs after the
-first frame, --idle-ms after the last one, or after --wait-secs without any frame.
+(or --queue) with --rx-frames chunks on its fill and RX rings, prints a ready line, and
+busy-polls its rings, sleeping in poll() only after --spin-us without a frame. It stops
+--secs after the first frame, --idle-ms after the last one, once --expect frames arrived,
+or after --wait-secs without any frame.
 
 Output (stdout; one ready line for the sink, then exactly one result line each):
   xsk-blast rx ready dev=IF queues=N xdp_mode=native|generic zero_copy=0|1
   xsk-blast tx frames=N bytes=N payload_bytes=N frame_size=N secs=F pps=F gbps=F
-      payload_gbps=F queued=N kicks=N kicks_again=N budget=N zero_copy=0|1 drained=0|1
+      payload_gbps=F queued=N kicks=N kicks_again=N budget=N batch=N zero_copy=0|1
+      drained=0|1 cpu_user=F cpu_sys=F cpu_util=F
   xsk-blast rx frames=N bytes=N secs=F pps=F gbps=F queues=N xdp_mode=M zero_copy=0|1
-      rx_dropped=N rx_ring_full=N fill_ring_empty=N rx_invalid_descs=N
+      rx_frames=N rx_dropped=N rx_ring_full=N fill_ring_empty=N rx_invalid_descs=N
+      min_len=N max_len=N sleeps=N cpu_user=F cpu_sys=F cpu_util=F
       [roce_ok=N roce_bad=N payload_bytes=N   with --verify]
 (each result is one line; wrapped here). tx: frames = TX completions, secs = start to the
-end of the drain. rx: secs = first to last frame. bytes/gbps count whole frames without
-FCS; payload_* count RoCE payload only. Exit status 0 on success, 1 if nothing was received
-(rx) or the drain timed out (tx), 2 on setup errors.";
+end of the drain. rx: secs = first to last frame; rx_frames = fill/RX ring depth per
+socket; sleeps = poll() calls after the first frame. bytes/gbps count whole frames without
+FCS; payload_* count RoCE payload only. cpu_*: this process's CPU seconds (getrusage) while
+it measured (tx: the send loop and drain; rx: from the first frame to the end), cpu_util =
+(user + sys) / that wall time. Exit status 0 on success, 1 if nothing was received (rx) or
+the drain timed out (tx), 2 on setup errors.";
 
 /// A MAC address `aa:bb:cc:dd:ee:ff`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,18 +171,21 @@ pub struct XskBlastArgs {
     /// TX: seconds to blast. RX: longest measuring window after the first frame.
     #[arg(long, default_value_t = 5.0)]
     pub secs: f64,
+    /// TX: send exactly this many frames (then drain) instead of blasting for --secs.
+    #[arg(long)]
+    pub count: Option<u64>,
     /// Queue to bind [default: TX 0, RX every RX queue of the interface].
     #[arg(long)]
     pub queue: Option<u32>,
-    /// TX: frames per batch (one TX-ring publish + kick per batch).
-    #[arg(long, default_value_t = 64)]
+    /// TX: most descriptors queued per round (one TX-ring publish and one kick per round).
+    #[arg(long, default_value_t = 256)]
     pub batch: usize,
-    /// TX: XDP_MAX_TX_SKB_BUDGET, copy-mode frames per kick (kernel default 32; ignored
-    /// before Linux 6.17).
+    /// TX: XDP_MAX_TX_SKB_BUDGET, copy-mode descriptors per kick (kernel default 32; the
+    /// AF_XDP backend's 256; ignored before Linux 6.17).
     #[arg(long, default_value_t = 256)]
     pub budget: u32,
     /// TX: copy the frame into its UMEM chunk on every send [default: each chunk is
-    /// written once, on first use, since the frame never changes].
+    /// written once, since the frame never changes].
     #[arg(long)]
     pub rewrite: bool,
     /// RX: XDP attach mode.
@@ -163,18 +194,34 @@ pub struct XskBlastArgs {
     /// AF_XDP bind mode.
     #[arg(long, value_enum, default_value_t = ZcMode::Auto)]
     pub bind_mode: ZcMode,
-    /// UMEM chunks (4 KiB each; half RX, half TX).
-    #[arg(long, default_value_t = 4096)]
-    pub umem_frames: u32,
+    /// RX chunks per socket (4 KiB each), also the fill and RX ring sizes: how long the
+    /// sink may stall before the fill ring runs dry (power of two; the AF_XDP backend's 2048).
+    #[arg(long, default_value_t = 2048)]
+    pub rx_frames: u32,
+    /// TX chunks per socket (4 KiB each), also the TX and completion ring sizes (power of
+    /// two; the AF_XDP backend's 2048).
+    #[arg(long, default_value_t = 2048)]
+    pub tx_frames: u32,
+    /// RX: busy-poll this long without a frame before sleeping in poll() (0: sleep at once).
+    #[arg(long, default_value_t = 2000)]
+    pub spin_us: u64,
     /// RX: stop this many milliseconds after the last frame.
     #[arg(long, default_value_t = 500)]
     pub idle_ms: u64,
+    /// RX: stop as soon as this many frames arrived.
+    #[arg(long)]
+    pub expect: Option<u64>,
     /// RX: give up if no frame arrives within this many seconds.
     #[arg(long, default_value_t = 30.0)]
     pub wait_secs: f64,
     /// RX: parse every frame as RoCEv2 and verify its ICRC (adds roce_ok, roce_bad, payload_bytes).
     #[arg(long)]
     pub verify: bool,
+    /// Flow control through a shared credit file (give both sides the same path; the sink
+    /// creates it): the blaster never has more frames in flight than the sink's fill ring
+    /// holds, so it never runs dry. Without it the blaster sends open loop.
+    #[arg(long)]
+    pub credit: Option<PathBuf>,
 }
 
 /// Run `uroce tool xsk-blast`.
@@ -182,8 +229,16 @@ pub fn run(a: &XskBlastArgs) -> Result<ExitCode> {
     if !(a.secs > 0.0 && a.secs.is_finite()) {
         bail!("--secs must be a positive number");
     }
-    if a.umem_frames < 4 || !a.umem_frames.is_power_of_two() {
-        bail!("--umem-frames must be a power of two >= 4");
+    for (v, what) in [(a.rx_frames, "--rx-frames"), (a.tx_frames, "--tx-frames")] {
+        if !(2..=1 << 16).contains(&v) || !v.is_power_of_two() {
+            bail!("{what} must be a power of two in 2..=65536");
+        }
+    }
+    if !(1..=1 << 16).contains(&a.batch) {
+        bail!("--batch must be in 1..=65536");
+    }
+    if a.count == Some(0) {
+        bail!("--count must be at least 1");
     }
     if a.tx {
         tx(a)
@@ -200,16 +255,17 @@ fn bind_mode(m: ZcMode) -> BindMode {
     }
 }
 
-/// Ring and UMEM geometry: half the chunks for RX, half for TX, rings as large as their pools.
+/// The AF_XDP backend's socket configuration (`XskConfig::default()`: need-wakeup, TX budget,
+/// 4 KiB chunks) with `--rx-frames` RX chunks (= fill and RX ring entries) and `--tx-frames`
+/// TX chunks (= TX and completion ring entries).
 fn xsk_config(a: &XskBlastArgs, multi_buffer: bool) -> XskConfig {
-    let half = a.umem_frames / 2;
     XskConfig {
-        frame_count: a.umem_frames,
-        rx_frames: half,
-        rx_size: half,
-        fill_size: half,
-        tx_size: half,
-        comp_size: half,
+        frame_count: a.rx_frames + a.tx_frames,
+        rx_frames: a.rx_frames,
+        rx_size: a.rx_frames,
+        fill_size: a.rx_frames,
+        tx_size: a.tx_frames,
+        comp_size: a.tx_frames,
         mode: bind_mode(a.bind_mode),
         multi_buffer,
         tx_budget: Some(a.budget),
@@ -280,6 +336,73 @@ pub fn build_frame(src: Mac, dst: Mac, src_ip: Ipv4Addr, dst_ip: Ipv4Addr, size:
     Ok((frame, payload_len))
 }
 
+/// Credit-based flow control between the sink and the blaster, through a 64-byte file both
+/// map (two processes in two network namespaces share the file system): the sink publishes
+/// how many RX descriptors it has handed back to its fill ring, its fill ring's size and
+/// what the kernel dropped; the blaster queues a frame only while the descriptors it has
+/// sent, minus those handed back or dropped, fit the fill ring. A transport with flow
+/// control works the same way (uroce's RC requester keeps at most 128 PSNs unacknowledged);
+/// here the credits cost neither frames nor syscalls, so the ceiling holds no protocol cost,
+/// and a sink that stalls (preempted by another process on its CPU) stalls the blaster
+/// instead of making it spend its CPU on frames the kernel then drops.
+struct Credit {
+    map: MmapRaw,
+}
+
+/// Words of the credit file.
+const CREDIT_MAGIC: usize = 0;
+const CREDIT_RECYCLED: usize = 1;
+const CREDIT_CAPACITY: usize = 2;
+const CREDIT_CHUNK: usize = 3;
+const CREDIT_DROPPED: usize = 4;
+const CREDIT_WORDS: usize = 8;
+const CREDIT_MAGIC_VALUE: u64 = u64::from_le_bytes(*b"xskcred1");
+
+impl Credit {
+    fn map(path: &Path, create: bool) -> Result<Credit> {
+        let mut o = std::fs::OpenOptions::new();
+        o.read(true).write(true);
+        if create {
+            o.create(true).truncate(true);
+        }
+        let f = o.open(path).with_context(|| format!("credit file {}", path.display()))?;
+        let len = (CREDIT_WORDS * 8) as u64;
+        if create {
+            f.set_len(len)?;
+        } else if f.metadata()?.len() < len {
+            bail!("credit file {}: too short (start the sink first)", path.display());
+        }
+        let map = MmapOptions::new().len(len as usize).map_raw(&f)?;
+        Ok(Credit { map })
+    }
+
+    /// The sink: a fresh file, announcing `capacity` fill-ring descriptors of `chunk` bytes.
+    fn create(path: &Path, capacity: u64, chunk: u64) -> Result<Credit> {
+        let c = Credit::map(path, true)?;
+        c.word(CREDIT_CAPACITY).store(capacity, Ordering::Relaxed);
+        c.word(CREDIT_CHUNK).store(chunk, Ordering::Relaxed);
+        c.word(CREDIT_MAGIC).store(CREDIT_MAGIC_VALUE, Ordering::Release);
+        Ok(c)
+    }
+
+    /// The blaster: the sink's file.
+    fn open(path: &Path) -> Result<Credit> {
+        let c = Credit::map(path, false)?;
+        if c.word(CREDIT_MAGIC).load(Ordering::Acquire) != CREDIT_MAGIC_VALUE {
+            bail!("credit file {}: not written by a sink (start the sink first)", path.display());
+        }
+        Ok(c)
+    }
+
+    fn word(&self, i: usize) -> &AtomicU64 {
+        assert!(i < CREDIT_WORDS);
+        // SAFETY: the mapping is CREDIT_WORDS * 8 bytes long (checked when mapped), page
+        // aligned, and lives as long as `self`; word `i` is in bounds and 8-byte aligned, and
+        // AtomicU64 has u64's layout. Every access, in this process and the peer's, is atomic.
+        unsafe { &*self.map.as_mut_ptr().add(i * 8).cast::<AtomicU64>() }
+    }
+}
+
 fn rate(count: u64, secs: f64) -> f64 {
     if secs > 0.0 {
         count as f64 / secs
@@ -288,66 +411,190 @@ fn rate(count: u64, secs: f64) -> f64 {
     }
 }
 
+/// This process's (user, system) CPU seconds so far.
+fn cpu_times() -> (f64, f64) {
+    // SAFETY: rusage is plain integers, so all-zero is a valid value for getrusage to fill.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage; RUSAGE_SELF has no other precondition.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0.0, 0.0);
+    }
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (s(ru.ru_utime), s(ru.ru_stime))
+}
+
+/// CPU used since `start` (from [`cpu_times`]) over `secs` of wall time, as output fields.
+fn cpu_fields(start: (f64, f64), secs: f64) -> String {
+    let (u, s) = cpu_times();
+    let (u, s) = ((u - start.0).max(0.0), (s - start.1).max(0.0));
+    format!("cpu_user={u:.3} cpu_sys={s:.3} cpu_util={:.3}", if secs > 0.0 { (u + s) / secs } else { 0.0 })
+}
+
+/// The blaster's TX side: which segment of the frame each TX chunk holds, so that a chunk is
+/// written once and rewritten only when a multi-buffer packet puts it in another position.
+struct Blaster<'a> {
+    frame: &'a [u8],
+    /// Frame bytes per TX chunk (the chunk's capacity).
+    seg: usize,
+    /// Segment index + 1 held by each chunk (0: unwritten), by chunk number.
+    holds: Vec<u8>,
+    chunk: u64,
+    rewrite: bool,
+    chain: Vec<TxFrame>,
+    /// Chunk writes (one per chunk at the start; more only for multi-buffer reshuffles).
+    writes: u64,
+}
+
+impl Blaster<'_> {
+    /// Fill `f` with segment `i` of the frame, copying only if its chunk does not hold it.
+    fn fill(&mut self, sock: &mut XskSocket, f: &mut TxFrame, i: usize) {
+        let part = &self.frame[i * self.seg..((i + 1) * self.seg).min(self.frame.len())];
+        let idx = (f.addr() / self.chunk) as usize;
+        if self.rewrite || self.holds[idx] != i as u8 + 1 {
+            sock.tx_buf(f)[..part.len()].copy_from_slice(part);
+            self.holds[idx] = i as u8 + 1;
+            self.writes += 1;
+        }
+        f.set_len(part.len());
+    }
+
+    /// Queue one packet; false if the TX ring or the free frames are exhausted.
+    fn queue(&mut self, sock: &mut XskSocket) -> bool {
+        let segs = self.frame.len().div_ceil(self.seg);
+        if segs == 1 {
+            let Some(mut f) = sock.tx_alloc() else { return false };
+            self.fill(sock, &mut f, 0);
+            return match sock.tx_enqueue(f) {
+                Ok(()) => true,
+                Err(f) => {
+                    sock.tx_free(f);
+                    false
+                }
+            };
+        }
+        while self.chain.len() < segs {
+            let Some(f) = sock.tx_alloc() else { break };
+            self.chain.push(f);
+        }
+        if self.chain.len() == segs {
+            // Completions come back in order and the free list is a stack, so a packet's
+            // chunks return reversed: put each chunk back at the position it already holds.
+            for i in 0..segs {
+                if let Some(j) =
+                    (i..segs).find(|&j| self.holds[(self.chain[j].addr() / self.chunk) as usize] == i as u8 + 1)
+                {
+                    self.chain.swap(i, j);
+                }
+            }
+            let mut chain = std::mem::take(&mut self.chain);
+            for (i, f) in chain.iter_mut().enumerate() {
+                self.fill(sock, f, i);
+            }
+            self.chain = chain;
+            if sock.tx_enqueue_chain(&mut self.chain) {
+                return true;
+            }
+        }
+        for f in self.chain.drain(..) {
+            sock.tx_free(f);
+        }
+        false
+    }
+}
+
 fn tx(a: &XskBlastArgs) -> Result<ExitCode> {
     let (Some(dst_mac), Some(src_ip), Some(dst_ip)) = (a.dst_mac, a.src_ip, a.dst_ip) else {
         bail!("--tx needs --dst-mac, --src-ip and --dst-ip");
     };
-    if a.batch == 0 {
-        bail!("--batch must be at least 1");
-    }
     let src_mac = match a.src_mac {
         Some(m) => m,
         None => interface_mac(&a.dev)?,
     };
     let (frame, payload_len) = build_frame(src_mac, dst_mac, src_ip, dst_ip, a.frame_size)?;
-    // Frames above one chunk go out as multi-buffer packets (copied per send).
+    // Frames above one chunk go out as multi-buffer packets, as the AF_XDP backend sends them.
     let multi_buffer = frame.len() > 4096;
-    let cfg = xsk_config(a, multi_buffer);
+    // The TX socket never receives (no XDP program steers to it): a token RX pool.
+    let cfg = XskConfig {
+        rx_frames: 2,
+        rx_size: 2,
+        fill_size: 2,
+        frame_count: a.tx_frames + 2,
+        ..xsk_config(a, multi_buffer)
+    };
     let queue = a.queue.unwrap_or(0);
     let mut sock = XskSocket::bind_ifname(&a.dev, queue, &cfg)
         .with_context(|| format!("AF_XDP socket on {} queue {queue}", a.dev))?;
     let chunk = u64::from(sock.umem().chunk_size());
-    let mut written = vec![false; cfg.frame_count as usize];
+    let seg = sock.umem().tx_capacity() as usize;
     let len = frame.len();
+    let descs_per_frame = len.div_ceil(seg) as u64;
+    let mut b = Blaster {
+        frame: &frame,
+        seg,
+        holds: vec![0; cfg.frame_count as usize],
+        chunk,
+        rewrite: a.rewrite,
+        chain: Vec::with_capacity(descs_per_frame as usize),
+        writes: 0,
+    };
+    // Write every TX chunk before the clock starts (single-segment frames: once for good).
+    let mut all = Vec::with_capacity(a.tx_frames as usize);
+    while let Some(mut f) = sock.tx_alloc() {
+        let i = all.len() % descs_per_frame as usize;
+        b.fill(&mut sock, &mut f, i);
+        all.push(f);
+    }
+    for f in all.into_iter().rev() {
+        sock.tx_free(f);
+    }
+    b.writes = 0;
 
+    let credit = a.credit.as_deref().map(Credit::open).transpose()?;
+    // RX descriptors one frame takes at the sink (its chunk's room after the XDP headroom).
+    let rx_segs = credit.as_ref().map_or(1, |c| {
+        let chunk = c.word(CREDIT_CHUNK).load(Ordering::Relaxed).max(64);
+        (len as u64).div_ceil(chunk)
+    });
+    let limit = a.count.unwrap_or(u64::MAX);
+    let cpu0 = cpu_times();
     let start = Instant::now();
-    let end = start + Duration::from_secs_f64(a.secs);
-    while Instant::now() < end {
-        if multi_buffer {
-            for _ in 0..a.batch {
-                if !sock.send(&frame)? {
-                    break;
-                }
-            }
-        } else {
-            for _ in 0..a.batch {
-                let Some(mut f) = sock.tx_alloc() else { break };
-                let idx = (f.addr() / chunk) as usize;
-                if a.rewrite || !written[idx] {
-                    sock.tx_buf(&f)[..len].copy_from_slice(&frame);
-                    written[idx] = true;
-                }
-                f.set_len(len);
-                if let Err(f) = sock.tx_enqueue(f) {
-                    sock.tx_free(f);
-                    break;
-                }
-            }
+    let end = a.count.is_none().then(|| start + Duration::from_secs_f64(a.secs));
+    let (mut queued, mut credit_waits) = (0u64, 0u64);
+    while queued < limit && end.is_none_or(|e| Instant::now() < e) {
+        sock.reclaim();
+        // Frames the sink's fill ring has room for: its capacity minus the descriptors in
+        // flight (sent, neither handed back nor dropped).
+        let room = credit.as_ref().map_or(u64::MAX, |c| {
+            let back = c.word(CREDIT_RECYCLED).load(Ordering::Acquire)
+                + c.word(CREDIT_DROPPED).load(Ordering::Acquire) * rx_segs;
+            let cap = c.word(CREDIT_CAPACITY).load(Ordering::Relaxed);
+            (back + cap).saturating_sub(queued * rx_segs) / rx_segs
+        });
+        let want = (a.batch as u64).min(limit - queued).min(room);
+        let mut n = 0;
+        while n < want && b.queue(&mut sock) {
+            n += 1;
         }
-        // Publishes and kicks; EAGAIN (more queued than the budget) is progress, not an error.
+        queued += n;
+        if room == 0 {
+            credit_waits += 1;
+        }
+        // One publish and (copy mode, or when the kernel asks) one kick; EAGAIN (more queued
+        // than the budget) is progress, not an error.
         sock.tx_flush()?;
     }
     let drained = sock.tx_drain(Duration::from_secs(5))?;
     let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu_fields(cpu0, secs);
     let c = sock.counters();
     // Completions count descriptors; a multi-buffer packet is several.
-    let descs_per_frame = len.div_ceil(sock.umem().tx_capacity() as usize) as u64;
     let frames = c.tx_completed / descs_per_frame;
     let bytes = frames * len as u64;
     let payload = frames * payload_len as u64;
     println!(
         "xsk-blast tx frames={frames} bytes={bytes} payload_bytes={payload} frame_size={len} secs={secs:.6} \
-         pps={:.0} gbps={:.4} payload_gbps={:.4} queued={} kicks={} kicks_again={} budget={} zero_copy={} drained={}",
+         pps={:.0} gbps={:.4} payload_gbps={:.4} queued={} kicks={} kicks_again={} budget={} batch={} zero_copy={} \
+         drained={} credit={} credit_waits={credit_waits} rewrites={} {cpu}",
         rate(frames, secs),
         rate(bytes * 8, secs) / 1e9,
         rate(payload * 8, secs) / 1e9,
@@ -355,13 +602,28 @@ fn tx(a: &XskBlastArgs) -> Result<ExitCode> {
         c.tx_kicks,
         c.tx_kicks_again,
         sock.tx_budget().unwrap_or(32),
+        a.batch,
         u8::from(sock.is_zero_copy()),
         u8::from(drained),
+        u8::from(credit.is_some()),
+        b.writes,
     );
     if !drained {
         eprintln!("uroce: xsk-blast tx: {} frames not completed within 5 s after the run", sock.tx_outstanding());
     }
     Ok(if drained && frames > 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// What the sink counted.
+#[derive(Default)]
+struct RxCount {
+    frames: u64,
+    bytes: u64,
+    min_len: usize,
+    max_len: usize,
+    roce_ok: u64,
+    roce_bad: u64,
+    payload: u64,
 }
 
 fn rx(a: &XskBlastArgs) -> Result<ExitCode> {
@@ -379,7 +641,8 @@ fn rx(a: &XskBlastArgs) -> Result<ExitCode> {
         Some(q) => vec![q],
         None => (0..uroce_xdp_prog::channels(&a.dev).map(|c| c.rx_queues()).unwrap_or(1).max(1)).collect(),
     };
-    let cfg = xsk_config(a, multi_buffer);
+    // The sink never transmits: a token TX pool.
+    let cfg = XskConfig { tx_size: 2, comp_size: 2, frame_count: a.rx_frames + 2, ..xsk_config(a, multi_buffer) };
     let mut socks = Vec::with_capacity(queues.len());
     for &q in &queues {
         let s =
@@ -392,24 +655,34 @@ fn rx(a: &XskBlastArgs) -> Result<ExitCode> {
         AttachedMode::Generic => "generic",
     };
     let zero_copy = u8::from(socks.iter().all(|s| s.is_zero_copy()));
+    // All traffic may land on one queue: one socket's fill ring is the capacity.
+    let rx_chunk = socks.first().map_or(0, |s| s.umem().rx_capacity());
+    let credit =
+        a.credit.as_deref().map(|p| Credit::create(p, u64::from(a.rx_frames), u64::from(rx_chunk))).transpose()?;
     println!("xsk-blast rx ready dev={} queues={} xdp_mode={mode} zero_copy={zero_copy}", a.dev, socks.len());
     std::io::stdout().flush()?;
 
     let window = Duration::from_secs_f64(a.secs);
     let idle = Duration::from_millis(a.idle_ms);
+    let spin = Duration::from_micros(a.spin_us);
+    let expect = a.expect.unwrap_or(u64::MAX);
     let give_up = Instant::now() + Duration::from_secs_f64(a.wait_secs.max(0.0));
-    let (mut frames, mut bytes) = (0u64, 0u64);
-    let (mut roce_ok, mut roce_bad, mut payload) = (0u64, 0u64, 0u64);
+    let mut n = RxCount { min_len: usize::MAX, ..RxCount::default() };
     let mut scratch = Vec::new();
-    let mut first: Option<Instant> = None;
+    let mut first: Option<(Instant, (f64, f64))> = None;
     let mut last = Instant::now();
+    let mut sleeps = 0u64;
+    let mut last_stats = Instant::now();
     loop {
-        let mut got = 0usize;
+        let mut got = 0u64;
         for s in socks.iter_mut() {
             let batch = s.recv(256);
-            got += batch.len();
+            got += batch.len() as u64;
             for p in batch.iter() {
-                bytes += p.len() as u64;
+                let len = p.len();
+                n.bytes += len as u64;
+                n.min_len = n.min_len.min(len);
+                n.max_len = n.max_len.max(len);
                 if a.verify {
                     let data = match p.data() {
                         Some(d) => d,
@@ -421,20 +694,31 @@ fn rx(a: &XskBlastArgs) -> Result<ExitCode> {
                     };
                     match uroce_wire::parse_frame_verified(data) {
                         Ok(f) => {
-                            roce_ok += 1;
-                            payload += f.roce.payload_len as u64;
+                            n.roce_ok += 1;
+                            n.payload += f.roce.payload_len as u64;
                         }
-                        Err(_) => roce_bad += 1,
+                        Err(_) => n.roce_bad += 1,
                     }
                 }
             }
         }
         let now = Instant::now();
+        if let Some(c) = &credit {
+            // Every descriptor taken so far is back on a fill ring (the batches dropped).
+            let back: u64 = socks.iter().map(|s| s.counters().rx_descs).sum();
+            c.word(CREDIT_RECYCLED).store(back, Ordering::Release);
+            if got == 0 && now.duration_since(last_stats) >= Duration::from_micros(200) {
+                // Frames the kernel dropped took no fill-ring entry: hand their credit back.
+                last_stats = now;
+                let dropped: u64 = socks.iter().filter_map(|s| s.statistics().ok()).map(|x| x.rx_dropped).sum();
+                c.word(CREDIT_DROPPED).store(dropped, Ordering::Release);
+            }
+        }
         if got > 0 {
-            frames += got as u64;
-            let f = *first.get_or_insert(now);
+            n.frames += got;
+            let f = first.get_or_insert_with(|| (now, cpu_times())).0;
             last = now;
-            if now.duration_since(f) >= window {
+            if now.duration_since(f) >= window || n.frames >= expect {
                 break;
             }
             continue;
@@ -442,11 +726,19 @@ fn rx(a: &XskBlastArgs) -> Result<ExitCode> {
         match first {
             None if now >= give_up => break,
             Some(_) if now.duration_since(last) >= idle => break,
-            Some(f) if now.duration_since(f) >= window => break,
+            Some((f, _)) if now.duration_since(f) >= window => break,
             _ => {}
         }
+        // Busy-poll while frames flow; sleep (and let the kernel wake us) only when quiet.
+        if first.is_some() && now.duration_since(last) < spin {
+            std::hint::spin_loop();
+            continue;
+        }
+        if first.is_some() {
+            sleeps += 1;
+        }
         if let [s] = socks.as_slice() {
-            s.wait_rx(Some(Duration::from_millis(10)))?;
+            s.wait_rx(Some(Duration::from_millis(1)))?;
         } else {
             for s in &socks {
                 if s.wait_rx(Some(Duration::from_millis(1)))? {
@@ -455,7 +747,11 @@ fn rx(a: &XskBlastArgs) -> Result<ExitCode> {
             }
         }
     }
-    let secs = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
+    let secs = first.map_or(0.0, |(f, _)| last.duration_since(f).as_secs_f64());
+    let cpu = first.map_or_else(
+        || "cpu_user=0 cpu_sys=0 cpu_util=0".to_string(),
+        |(f, c)| cpu_fields(c, Instant::now().duration_since(f).as_secs_f64()),
+    );
     let mut st = XskStatistics::default();
     for s in &socks {
         let x = s.statistics()?;
@@ -465,24 +761,30 @@ fn rx(a: &XskBlastArgs) -> Result<ExitCode> {
         st.rx_invalid_descs += x.rx_invalid_descs;
     }
     let mut line = format!(
-        "xsk-blast rx frames={frames} bytes={bytes} secs={secs:.6} pps={:.0} gbps={:.4} queues={} xdp_mode={mode} \
-         zero_copy={zero_copy} rx_dropped={} rx_ring_full={} fill_ring_empty={} rx_invalid_descs={}",
-        rate(frames, secs),
-        rate(bytes * 8, secs) / 1e9,
+        "xsk-blast rx frames={} bytes={} secs={secs:.6} pps={:.0} gbps={:.4} queues={} xdp_mode={mode} \
+         zero_copy={zero_copy} rx_frames={} rx_dropped={} rx_ring_full={} fill_ring_empty={} rx_invalid_descs={} \
+         min_len={} max_len={} sleeps={sleeps} {cpu}",
+        n.frames,
+        n.bytes,
+        rate(n.frames, secs),
+        rate(n.bytes * 8, secs) / 1e9,
         socks.len(),
+        a.rx_frames,
         st.rx_dropped,
         st.rx_ring_full,
         st.rx_fill_ring_empty_descs,
         st.rx_invalid_descs,
+        if n.frames > 0 { n.min_len } else { 0 },
+        n.max_len,
     );
     if a.verify {
-        line.push_str(&format!(" roce_ok={roce_ok} roce_bad={roce_bad} payload_bytes={payload}"));
+        line.push_str(&format!(" roce_ok={} roce_bad={} payload_bytes={}", n.roce_ok, n.roce_bad, n.payload));
     }
     println!("{line}");
-    if frames == 0 {
+    if n.frames == 0 {
         eprintln!("uroce: xsk-blast rx: no frame within {} s", a.wait_secs);
     }
-    Ok(if frames > 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if n.frames > 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 #[cfg(test)]
