@@ -68,7 +68,8 @@ impl BackendArgs {
     }
 }
 
-/// perftest's flags (same letters and long names) plus uroce's own.
+/// perftest's flags (same letters and long names) plus uroce's own. Every number is checked
+/// against perftest's own limits (`perftest_parameters.h`) before anything is allocated.
 #[derive(clap::Args, Debug)]
 pub struct PerfArgs {
     /// The test (`write_bw` = `ib_write_bw`, ...).
@@ -79,15 +80,15 @@ pub struct PerfArgs {
     /// Network interface (perftest: the IB device; uroce runs on a plain netdev).
     #[arg(short = 'd', long = "ib-dev")]
     dev: Option<String>,
-    /// Message size in bytes.
-    #[arg(short = 's', long)]
+    /// Message size in bytes, 1 .. 2^31-1; a K or M suffix multiplies by 1024 or 1024^2.
+    #[arg(short = 's', long, value_parser = parse_size)]
     size: Option<usize>,
-    /// Iterations.
-    #[arg(short = 'n', long)]
+    /// Iterations (5 .. 2^32).
+    #[arg(short = 'n', long, value_parser = clap::value_parser!(u64).range(5..=1 << 32))]
     iters: Option<u64>,
-    /// Number of QPs.
-    #[arg(short = 'q', long = "qp", default_value_t = 1)]
-    qps: usize,
+    /// Number of QPs (1 .. 16384).
+    #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16384))]
+    qps: u32,
     /// Path MTU: 256, 512, 1024, 2048 or 4096 (capped by the link's MTU and the peer's).
     #[arg(short = 'm', long)]
     mtu: Option<u32>,
@@ -104,22 +105,22 @@ pub struct PerfArgs {
     #[arg(short = 'p', long, default_value_t = uroce_rxe_compat::perftest::DEFAULT_PORT)]
     port: u16,
     /// GID index (default: the interface's IPv4 address).
-    #[arg(short = 'x', long = "gid-index")]
+    #[arg(short = 'x', long = "gid-index", value_parser = clap::value_parser!(u8).range(0..=64))]
     gid_index: Option<u8>,
     /// Run for this many seconds instead of a number of iterations.
-    #[arg(short = 'D', long)]
+    #[arg(short = 'D', long, value_parser = clap::value_parser!(u64).range(1..=1 << 31))]
     duration: Option<u64>,
-    /// Send queue depth.
-    #[arg(short = 't', long = "tx-depth")]
+    /// Send queue depth (1 .. 15000).
+    #[arg(short = 't', long = "tx-depth", value_parser = clap::value_parser!(u32).range(1..=15000))]
     tx_depth: Option<u32>,
-    /// QP timeout: the local ACK timeout is 4.096 us * 2^N (perftest's `-u`).
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
+    /// QP timeout: the local ACK timeout is 4.096 us * 2^N (perftest's `-u`, 0 .. 31).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
     qp_timeout: u8,
-    /// Generate a completion every N sends.
-    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
-    cq_mod: u32,
-    /// Receive queue depth.
-    #[arg(short = 'r', long = "rx-depth")]
+    /// Generate a completion every N sends (1 .. 1024).
+    #[arg(short = 'Q', long = "cq-mod", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    cq_mod: Option<u32>,
+    /// Receive queue depth (1 .. 16384).
+    #[arg(short = 'r', long = "rx-depth", value_parser = clap::value_parser!(u32).range(1..=16384))]
     rx_depth: Option<u32>,
     /// IP traffic class (TOS).
     #[arg(short = 'T', long = "tos", default_value_t = 0)]
@@ -127,6 +128,51 @@ pub struct PerfArgs {
     /// Atomic operation of atomic_bw.
     #[arg(short = 'A', long = "atomic_type", value_enum, default_value = "FETCH_AND_ADD")]
     atomic: AtomicType,
+    /// Bidirectional: both sides run the test at once (bw tests).
+    #[arg(short = 'b', long = "bidirectional")]
+    bidirectional: bool,
+    /// Send messages up to this size inline (IBV_SEND_INLINE), 0 .. 1024; perftest's default:
+    /// 220 for write_lat, 236 for send_lat, 0 otherwise.
+    #[arg(short = 'I', long = "inline_size", value_parser = clap::value_parser!(u32).range(0..=1024))]
+    inline_size: Option<u32>,
+    /// Outstanding READs/atomics this side accepts as responder, advertised to the peer (the
+    /// peer's `max_rd_atomic`); default: the device's maximum.
+    #[arg(short = 'o', long = "outs", value_parser = clap::value_parser!(u16).range(1..=255))]
+    outs: Option<u16>,
+    /// Post lists of this many send WRs at a time (bw tests; the CQ moderation becomes the
+    /// list size unless -Q is given).
+    #[arg(short = 'l', long = "post_list", value_parser = clap::value_parser!(u32).range(1..=15000))]
+    post_list: Option<u32>,
+    /// Sleep until a completion arrives instead of busy polling (perftest: completion events).
+    #[arg(short = 'e', long = "events")]
+    events: bool,
+    /// Do not measure the peak bandwidth (printed as 0.00).
+    #[arg(short = 'N', long = "noPeak")]
+    no_peak: bool,
+    /// Latency tests: print every sample after the table, sorted.
+    #[arg(short = 'H', long = "report-histogram", alias = "report-histogrm")]
+    histogram: bool,
+    /// Latency tests: print every sample in the order measured (implies -H).
+    #[arg(short = 'U', long = "report-unsorted")]
+    unsorted: bool,
+    /// Print only this figure: bandwidth, latency or message_rate.
+    #[arg(long = "output", value_enum)]
+    output: Option<perf::OutputKind>,
+    /// Bidirectional tests: report what was sent and what was received separately.
+    #[arg(long = "report-both")]
+    report_both: bool,
+    /// Add the CPU utilisation of the run (duration mode, -D).
+    #[arg(long = "cpu_util")]
+    cpu_util: bool,
+    /// Allocate the buffers in huge pages.
+    #[arg(long = "use_hugepages")]
+    use_hugepages: bool,
+    /// A memory region per QP (default: one region, a slice of it per QP).
+    #[arg(long = "mr_per_qp")]
+    mr_per_qp: bool,
+    /// Skip perftest's version exchange (both sides must be given this flag).
+    #[arg(long = "dont_xchg_versions")]
+    dont_xchg_versions: bool,
     /// perftest's RDMA-CM connection (-R) is not supported yet.
     #[arg(short = 'R', long = "rdma_cm")]
     rdma_cm: bool,
@@ -154,6 +200,31 @@ pub struct PerfArgs {
     counters: bool,
 }
 
+/// perftest's `-s`: a number (decimal, 0x hex or 0 octal, as `strtol(.., 0)`) with an optional
+/// K or M suffix, between 1 and `UINT_MAX / 2`.
+fn parse_size(v: &str) -> Result<usize, String> {
+    let (digits, factor) = match v.strip_suffix('K') {
+        Some(d) => (d, 1024u64),
+        None => match v.strip_suffix('M') {
+            Some(d) => (d, 1024 * 1024),
+            None => (v, 1),
+        },
+    };
+    let n = if let Some(h) = digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16)
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        u64::from_str_radix(&digits[1..], 8)
+    } else {
+        digits.parse::<u64>()
+    }
+    .map_err(|_| format!("`{v}` is not a size (a number, optionally with K or M)"))?;
+    const MAX: u64 = (u32::MAX / 2) as u64;
+    match n.checked_mul(factor) {
+        Some(s) if (1..=MAX).contains(&s) => Ok(s as usize),
+        _ => Err(format!("message size should be between 1 and {MAX}")),
+    }
+}
+
 fn mtu_of(v: u32) -> Result<Mtu> {
     Ok(match v {
         256 => Mtu::Mtu256,
@@ -170,43 +241,41 @@ pub fn config(a: &PerfArgs) -> Result<PerfConfig> {
     if a.rdma_cm {
         bail!("-R (RDMA-CM) is not supported yet; run without it (perftest's Ethernet exchange)");
     }
+    let bw = a.test.is_bw();
     let mut c = PerfConfig::new(a.test);
     c.host = a.host.clone();
     c.ifname = a.dev.clone();
     c.local_ip = a.local_ip;
     c.gid_index = a.gid_index;
     if let Some(s) = a.size {
-        if s == 0 || s > 1 << 31 {
-            bail!("-s must be between 1 and 2^31");
-        }
         if a.test == Test::AtomicBw && s != 8 {
             bail!("atomic_bw messages are 8 bytes");
         }
         c.size = s;
     }
     if let Some(n) = a.iters {
-        if n < 5 && !matches!(a.test, Test::WriteBw | Test::ReadBw | Test::SendBw | Test::AtomicBw) {
-            bail!("-n must be at least 5 for latency tests");
-        }
-        c.iters = n.max(1);
+        c.iters = n;
     }
-    if a.qps == 0 || a.qps > 1024 {
-        bail!("-q must be between 1 and 1024");
+    c.qps = a.qps as usize;
+    if !bw && c.qps != 1 {
+        bail!("latency tests use one QP (-q 1)");
     }
-    c.qps = a.qps;
     c.mtu = a.mtu.map(mtu_of).transpose()?;
     c.all_sizes = a.all;
     c.report_gbits = a.report_gbits;
     c.port = a.port;
     c.duration = a.duration.map(Duration::from_secs);
     if let Some(t) = a.tx_depth {
-        c.tx_depth = t.clamp(1, 16384);
-    } else if !matches!(a.test, Test::WriteBw | Test::ReadBw | Test::SendBw | Test::AtomicBw) {
+        c.tx_depth = t;
+    } else if !bw {
         c.tx_depth = 1;
     }
-    c.cq_mod = a.cq_mod.clamp(1, 1024);
+    if let Some(q) = a.cq_mod {
+        c.cq_mod = q;
+        c.cq_mod_given = true;
+    }
     if let Some(r) = a.rx_depth {
-        c.rx_depth = r.clamp(1, 16384);
+        c.rx_depth = r;
     }
     c.tclass = a.tos;
     c.atomic = a.atomic;
@@ -216,10 +285,22 @@ pub fn config(a: &PerfArgs) -> Result<PerfConfig> {
     c.seed = a.seed;
     c.progress &= !a.no_progress;
     c.counters = a.counters;
-    if a.qp_timeout > 31 {
-        bail!("-u must be between 0 and 31");
-    }
     c.qp_timeout = a.qp_timeout;
+    c.bidirectional = a.bidirectional;
+    c.inline_size = a.inline_size;
+    c.out_reads = a.outs;
+    c.post_list = a.post_list;
+    c.events = a.events;
+    c.no_peak = a.no_peak;
+    c.histogram = a.histogram || a.unsorted;
+    c.unsorted = a.unsorted;
+    c.output = a.output;
+    c.report_both = a.report_both;
+    c.cpu_util = a.cpu_util;
+    c.use_hugepages = a.use_hugepages;
+    c.mr_per_qp = a.mr_per_qp;
+    c.dont_xchg_versions = a.dont_xchg_versions;
+    c.resolve()?;
     Ok(c)
 }
 

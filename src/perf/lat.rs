@@ -11,8 +11,8 @@
 //!   consecutive posts (a whole round trip). The server only answers.
 
 use super::report::{self, LatResult};
-use super::{drain_cqs, Run, Test};
-use anyhow::{anyhow, bail, Result};
+use super::{drain_cqs, progress, Run, Test};
+use anyhow::{bail, Result};
 use std::time::{Duration, Instant};
 use uroce_transport::*;
 
@@ -27,28 +27,34 @@ pub(crate) fn run(run: &mut Run) -> Result<Option<report::BwResult>> {
     }
     let client = run.cfg.host.is_some();
     let test = run.cfg.test;
-    if test == Test::SendLat {
-        // Receives are posted before the start barrier, as perftest's server and client do.
-        for k in 0..run.cfg.rx_depth.max(1) as u64 {
-            post_recv(run, k)?;
-        }
-    }
-    run.session()?.start().map_err(|e| anyhow!(e))?;
     if test == Test::ReadLat && !client {
         // perftest's read_lat server prints the header and waits for the client to finish.
+        run.oob(|s| s.start())?;
         report::rule(run)?;
         run.finish(None)?;
         return Ok(None);
     }
-    report::lat_table_header(run)?;
-    for size in sizes {
+    for (k, size) in sizes.into_iter().enumerate() {
+        if test == Test::SendLat {
+            // Each size: both sides post their receives, then sync (perftest: "so the client
+            // won't send packets before the server has posted his receive wqes").
+            for w in 0..(run.cfg.rx_depth.max(1) as u64).min(run.cfg.iters) {
+                post_recv(run, w)?;
+            }
+        }
+        // write_lat and read_lat sync once; send_lat once per size.
+        if k == 0 {
+            run.oob(|s| s.start())?;
+            report::lat_table_header(run)?;
+        } else if test == Test::SendLat {
+            run.oob(|s| s.barrier())?;
+        }
         let samples = match test {
             Test::WriteLat => ping_pong(run, size, client, false)?,
             Test::SendLat => ping_pong(run, size, client, true)?,
             _ => read_lat(run, size)?,
         };
-        let mut r = LatResult::from_samples(size, samples);
-        r.iters = run.cfg.iters;
+        let r = LatResult::from_samples(size, run.cfg.iters, samples);
         report::lat_line(run, &r)?;
     }
     report::rule(run)?;
@@ -58,12 +64,16 @@ pub(crate) fn run(run: &mut Run) -> Result<Option<report::BwResult>> {
 
 fn post(run: &mut Run, op: WrOpcode, size: usize) -> Result<()> {
     let c = &run.conns[0];
-    let sg = [Sge { addr: c.mr.addr + run.buf_size as u64, length: size as u32, lkey: c.mr.lkey }];
+    let sg = [Sge { addr: c.send_addr, length: size as u32, lkey: c.lkey }];
+    let mut flags = SendFlags::SIGNALED;
+    if op != WrOpcode::RdmaRead && size as u32 <= run.cfg.inline() {
+        flags |= SendFlags::INLINE;
+    }
     let wr = SendWr {
         wr_id: 0,
         sg_list: &sg,
         opcode: op,
-        send_flags: SendFlags::SIGNALED,
+        send_flags: flags,
         remote_addr: c.peer.vaddr,
         rkey: c.peer.rkey,
         ..Default::default()
@@ -75,26 +85,15 @@ fn post(run: &mut Run, op: WrOpcode, size: usize) -> Result<()> {
 
 fn post_recv(run: &mut Run, wr_id: u64) -> Result<()> {
     let c = &run.conns[0];
-    let sg = [Sge { addr: c.mr.addr, length: run.buf_size as u32, lkey: c.mr.lkey }];
+    let sg = [Sge { addr: c.recv_addr, length: run.buf_size as u32, lkey: c.lkey }];
     let qpn = c.qpn;
     run.port.device().post_recv(qpn, &RecvWr { wr_id, sg_list: &sg })?;
     Ok(())
 }
 
-/// Byte `off` of our buffer.
-fn byte(run: &Run, off: usize) -> u8 {
-    run.port.device_ref().mr(run.conns[0].mr.lkey).map_or(0, |m| m.as_slice()[off])
-}
-
-fn set_byte(run: &mut Run, off: usize, v: u8) {
-    let lkey = run.conns[0].mr.lkey;
-    if let Some(m) = run.port.device().mr_mut(lkey) {
-        m.as_mut_slice()[off] = v;
-    }
-}
-
-/// Reap completions: sends are counted in `ccnt`, receives in `recvd` (each receive is
-/// replaced by a new one, as perftest's send_lat re-posts one per message).
+/// Reap completions: sends are counted in `ccnt`, receives in `recvd`; each receive is
+/// replaced while fewer than `iters` were posted for this size (perftest's send_lat re-posts
+/// while `rcnt + size_per_qp <= iters`, so a size consumes all of its receives).
 fn reap(run: &mut Run, ccnt: &mut u64, recvd: &mut u64) -> Result<()> {
     let mut got = 0u64;
     drain_cqs(run, |_, w| {
@@ -104,9 +103,12 @@ fn reap(run: &mut Run, ccnt: &mut u64, recvd: &mut u64) -> Result<()> {
             *ccnt += 1;
         }
     })?;
+    let prepost = (run.cfg.rx_depth.max(1) as u64).min(run.cfg.iters);
     for _ in 0..got {
         *recvd += 1;
-        post_recv(run, *recvd + run.cfg.rx_depth as u64)?;
+        if *recvd + prepost <= run.cfg.iters {
+            post_recv(run, *recvd + prepost)?;
+        }
     }
     Ok(())
 }
@@ -121,10 +123,12 @@ fn reap(run: &mut Run, ccnt: &mut u64, recvd: &mut u64) -> Result<()> {
 fn ping_pong(run: &mut Run, size: usize, client: bool, send: bool) -> Result<Vec<f64>> {
     let iters = run.cfg.iters.max(2);
     let size = size.max(1);
-    let poll_off = size - 1;
-    let post_off = run.buf_size + size - 1;
+    let (lkey, poll_at, post_at) = {
+        let c = &run.conns[0];
+        (c.lkey, c.recv_addr + size as u64 - 1, c.send_addr + size as u64 - 1)
+    };
     if !send {
-        set_byte(run, poll_off, 0);
+        run.set_byte(lkey, poll_at, 0);
     }
     // Who goes first, as perftest: the server in write_lat (run_iter_lat_write), the client
     // in send_lat (run_iter_lat_send). Both sides waiting first would deadlock.
@@ -141,19 +145,19 @@ fn ping_pong(run: &mut Run, size: usize, client: bool, send: bool) -> Result<Vec
                     reap(run, &mut ccnt, &mut recvd)?;
                     recvd >= rcnt
                 } else {
-                    byte(run, poll_off) == rcnt as u8
+                    run.byte(lkey, poll_at) == rcnt as u8
                 };
                 if arrived {
                     break;
                 }
-                if !run.port.poll()? && start.elapsed() > STALL {
+                if !progress(run)? && start.elapsed() > STALL {
                     bail!("no message {rcnt} from the peer for {STALL:?}");
                 }
             }
         }
         if scnt < iters {
             scnt += 1;
-            set_byte(run, post_off, scnt as u8);
+            run.set_byte(lkey, post_at, scnt as u8);
             posted_at.push(Instant::now());
             post(run, if send { WrOpcode::Send } else { WrOpcode::RdmaWrite }, size)?;
         }
@@ -164,7 +168,7 @@ fn ping_pong(run: &mut Run, size: usize, client: bool, send: bool) -> Result<Vec
             if ccnt >= scnt {
                 break;
             }
-            if !run.port.poll()? && start.elapsed() > STALL {
+            if !progress(run)? && start.elapsed() > STALL {
                 bail!("send {scnt} not completed after {STALL:?}");
             }
         }
@@ -182,7 +186,7 @@ fn read_lat(run: &mut Run, size: usize) -> Result<Vec<f64>> {
         let start = Instant::now();
         let mut done = false;
         while !done {
-            run.port.poll()?;
+            progress(run)?;
             drain_cqs(run, |_, _| done = true)?;
             if !done && start.elapsed() > STALL {
                 bail!("READ not completed after {STALL:?}");

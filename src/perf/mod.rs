@@ -10,13 +10,14 @@
 mod bw;
 mod lat;
 mod report;
+mod setup;
 
 use crate::io::netif;
 use crate::runtime::{BackendKind, Port, PortConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant as StdInstant};
-use uroce_rxe_compat::perftest::{IbMtu, PerftestDest, PerftestSession, SessionConfig, TestKind};
+use uroce_rxe_compat::perftest::{PerftestDest, PerftestSession, TestKind};
 use uroce_transport::*;
 
 pub use report::BwResult;
@@ -54,19 +55,16 @@ impl Test {
             Test::SendLat => TestKind::SendLat,
         }
     }
-    fn is_bw(self) -> bool {
+    pub(crate) fn is_bw(self) -> bool {
         matches!(self, Test::WriteBw | Test::ReadBw | Test::SendBw | Test::AtomicBw)
     }
-    /// perftest's title ("RDMA_Write BW Test").
-    fn title(self) -> &'static str {
+    /// perftest's `testsStr` (the title's first word).
+    fn verb(self) -> &'static str {
         match self {
-            Test::WriteBw => "RDMA_Write BW Test",
-            Test::ReadBw => "RDMA_Read BW Test",
-            Test::SendBw => "Send BW Test",
-            Test::AtomicBw => "Atomic BW Test",
-            Test::WriteLat => "RDMA_Write Latency Test",
-            Test::ReadLat => "RDMA_Read Latency Test",
-            Test::SendLat => "Send Latency Test",
+            Test::WriteBw | Test::WriteLat => "RDMA_Write",
+            Test::ReadBw | Test::ReadLat => "RDMA_Read",
+            Test::SendBw | Test::SendLat => "Send",
+            Test::AtomicBw => "Atomic",
         }
     }
     fn needs_reads(self) -> bool {
@@ -116,6 +114,8 @@ pub struct PerfConfig {
     pub tx_depth: u32,
     /// Signal every n-th send (`-Q`).
     pub cq_mod: u32,
+    /// `-Q` was given (perftest's `req_cq_mod`: large messages and post lists then keep it).
+    pub cq_mod_given: bool,
     /// Receive queue depth (`-r`).
     pub rx_depth: u32,
     /// IP traffic class (`-T`).
@@ -141,6 +141,46 @@ pub struct PerfConfig {
     /// Print the engine's non-zero counters, the port's stats and the injector's counters to
     /// stderr when the run ends (also when it fails).
     pub counters: bool,
+    /// Both sides run the test at once (`-b`).
+    pub bidirectional: bool,
+    /// Messages up to this size are sent inline (`-I`); `None`: perftest's default for the test.
+    pub inline_size: Option<u32>,
+    /// Outstanding READs/atomics we accept and advertise (`-o`); `None`: the device's maximum.
+    pub out_reads: Option<u16>,
+    /// Send WRs posted per list (`-l`); `None`: one at a time.
+    pub post_list: Option<u32>,
+    /// Sleep until completions arrive instead of busy polling (`-e`).
+    pub events: bool,
+    /// No peak bandwidth (`-N`).
+    pub no_peak: bool,
+    /// Print every latency sample (`-H`).
+    pub histogram: bool,
+    /// ... unsorted (`-U`).
+    pub unsorted: bool,
+    /// Print one figure only (`--output`).
+    pub output: Option<OutputKind>,
+    /// Bidirectional: sent and received separately (`--report-both`).
+    pub report_both: bool,
+    /// CPU utilisation column (`--cpu_util`).
+    pub cpu_util: bool,
+    /// Buffers in huge pages (`--use_hugepages`).
+    pub use_hugepages: bool,
+    /// One memory region per QP (`--mr_per_qp`).
+    pub mr_per_qp: bool,
+    /// No version exchange (`--dont_xchg_versions`).
+    pub dont_xchg_versions: bool,
+}
+
+/// `--output`: the one figure printed instead of the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum OutputKind {
+    /// Average bandwidth (bw tests).
+    Bandwidth,
+    /// Typical latency (lat tests).
+    Latency,
+    /// Average message rate (bw tests).
+    MessageRate,
 }
 
 impl PerfConfig {
@@ -167,6 +207,7 @@ impl PerfConfig {
             port: uroce_rxe_compat::perftest::DEFAULT_PORT,
             tx_depth: 128,
             cq_mod: 100,
+            cq_mod_given: false,
             rx_depth: 512,
             tclass: 0,
             atomic: AtomicType::FETCH_AND_ADD,
@@ -178,15 +219,173 @@ impl PerfConfig {
             connect_timeout: Duration::from_secs(30),
             counters: false,
             qp_timeout: 14,
+            bidirectional: false,
+            inline_size: None,
+            out_reads: None,
+            post_list: None,
+            events: false,
+            no_peak: false,
+            histogram: false,
+            unsorted: false,
+            output: None,
+            report_both: false,
+            cpu_util: false,
+            use_hugepages: false,
+            mr_per_qp: false,
+            dont_xchg_versions: false,
         }
+    }
+
+    /// The largest message of the run.
+    pub fn max_size(&self) -> usize {
+        if self.all_sizes && self.test != Test::AtomicBw {
+            1 << 23
+        } else {
+            self.size
+        }
+    }
+
+    /// Check the combination of flags and derive what perftest derives
+    /// (`perftest_parameters.c`: the parser's checks and `force_dependecies`, same in 4.5 and
+    /// 25.01), then check that the buffers fit in memory, before anything is allocated. Refusals
+    /// carry perftest's messages; notices go to stderr as perftest prints them.
+    pub fn resolve(&mut self) -> Result<()> {
+        let t = self.test;
+        let bw = t.is_bw();
+        if self.size == 0 {
+            bail!("the message size must be at least 1 byte");
+        }
+        if self.qps == 0 || self.iters == 0 {
+            bail!("at least one QP and one iteration");
+        }
+        if self.bidirectional && !bw {
+            bail!("Bidirectional is only available in BW test (-b)");
+        }
+        if self.inline_size.is_some() && t.needs_reads() {
+            bail!("Inline feature not available on READ/Atomic verbs (-I)");
+        }
+        if self.out_reads.is_some() && !t.needs_reads() {
+            bail!("Setting Outstanding reads only available on READ verb (-o: read_bw, read_lat, atomic_bw)");
+        }
+        if self.events && matches!(t, Test::WriteBw | Test::WriteLat) {
+            bail!("Events feature not available on WRITE verb (-e)");
+        }
+        if self.events && self.duration.is_some() {
+            bail!("Duration mode doesn't work with events (-e with -D)");
+        }
+        if self.no_peak && !bw {
+            bail!("NoPeak only valid for BW tests (-N)");
+        }
+        if (self.histogram || self.unsorted) && bw {
+            bail!("-H / -U are available only on latency tests");
+        }
+        match (self.output, bw) {
+            (Some(OutputKind::Latency), true) => bail!("Output verbosity level for BW can be: bandwidth, message_rate"),
+            (Some(OutputKind::Bandwidth | OutputKind::MessageRate), false) => {
+                bail!("Output verbosity level for LAT can be: latency")
+            }
+            _ => {}
+        }
+        if self.all_sizes && t == Test::AtomicBw {
+            bail!("Message size cannot be changed for Atomic tests (-a)");
+        }
+        if self.all_sizes && self.duration.is_some() {
+            bail!("Duration mode currently doesn't support running on all sizes (-a with -D)");
+        }
+        if self.cpu_util && self.duration.is_none() {
+            eprintln!(" CPU Utilization works only with Duration mode.");
+        }
+        if bw {
+            self.tx_depth = self.tx_depth.min(u32::try_from(self.iters).unwrap_or(u32::MAX)).max(1);
+            if t == Test::SendBw {
+                self.rx_depth = self.rx_depth.min(u32::try_from(self.iters).unwrap_or(u32::MAX)).max(1);
+            }
+            // Large messages: a completion per message (MSG_SIZE_CQ_MOD_LIMIT), unless -a, -e or -Q.
+            if self.size > 8192 && !self.all_sizes && !self.events && !self.cq_mod_given {
+                self.cq_mod = 1;
+            }
+            self.cq_mod = self.cq_mod.min(self.tx_depth).max(1);
+            let peak_forced = self.duration.is_some() || (self.duration.is_none() && self.iters > 20000);
+            if peak_forced && !self.no_peak {
+                self.no_peak = true;
+                if self.duration.is_none() {
+                    eprintln!(" WARNING: BW peak won't be measured in this run.");
+                }
+            }
+        }
+        if let Some(l) = self.post_list.filter(|&l| l > 1) {
+            if !bw {
+                bail!("Post list is supported in BW tests only (-l)");
+            }
+            if self.duration.is_none() && !self.iters.is_multiple_of(l as u64) {
+                bail!("Number of iterations must be a multiple of post list size (-n {} -l {l})", self.iters);
+            }
+            if l > self.tx_depth {
+                // perftest would post nothing and spin forever.
+                bail!("Post list size (-l {l}) must not exceed the TX depth (-t {})", self.tx_depth);
+            }
+            if !self.cq_mod_given {
+                self.cq_mod = l;
+                eprintln!("Post List requested - CQ moderation will be the size of the post list");
+            } else if l % self.cq_mod != 0 {
+                bail!("Post list size must be a multiple of CQ moderation (-l {l} -Q {})", self.cq_mod);
+            }
+        }
+        let bytes = self.buffer_bytes();
+        let avail = mem_available();
+        if let Some(avail) = avail.filter(|&a| bytes > a / 2) {
+            bail!(
+                "the buffers would take {} ({} QP(s) x 2 x {} B); this machine has {} available: use a smaller -s or -q",
+                human_bytes(bytes),
+                self.qps,
+                self.max_size().max(4096),
+                human_bytes(avail)
+            );
+        }
+        Ok(())
+    }
+
+    /// Messages up to this size are sent inline: `-I`, else perftest's default for the test.
+    pub fn inline(&self) -> u32 {
+        if self.test.needs_reads() {
+            0
+        } else {
+            self.inline_size.unwrap_or_else(|| setup::default_inline(self.test))
+        }
+    }
+
+    /// Bytes of buffer the run registers: each QP has a send and a receive half of the largest
+    /// message (at least perftest's 4 KiB cycle buffer).
+    pub fn buffer_bytes(&self) -> u64 {
+        self.qps as u64 * 2 * self.max_size().max(4096) as u64
     }
 }
 
-/// One connected QP of a run.
+/// `MemAvailable` from /proc/meminfo, in bytes.
+fn mem_available() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
+}
+
+fn human_bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b => format!("{b} B"),
+    }
+}
+
+/// One connected QP of a run (see [`setup`] for the buffer layout).
 pub(crate) struct Conn {
     pub qpn: u32,
     pub cq: CqHandle,
-    pub mr: MrInfo,
+    /// Local key of the region holding this QP's buffers.
+    pub lkey: u32,
+    /// Where this QP's messages are sent from (perftest's `buf[i]`).
+    pub send_addr: u64,
+    /// The address we advertise: the peer writes here and our receives land here.
+    pub recv_addr: u64,
     pub me: PerftestDest,
     pub peer: PerftestDest,
 }
@@ -198,12 +397,13 @@ pub(crate) struct Run {
     pub conns: Vec<Conn>,
     pub session: Option<PerftestSession<TcpStream>>,
     pub mtu: Mtu,
+    /// perftest's `BUFF_SIZE(size, cycle_buffer)`: one QP's send (and receive) area.
     pub buf_size: usize,
     pub out: Box<dyn std::io::Write>,
-}
-
-fn ib_mtu(m: Mtu) -> IbMtu {
-    IbMtu::from_enum(m as u8).unwrap_or(IbMtu::Mtu1024)
+    /// `--use_hugepages`: how much of the buffers the kernel backed with huge pages.
+    pub huge_pages: Option<String>,
+    /// `--cpu_util`: /proc/stat's user and idle jiffies at the start of the measurement.
+    pub cpu: Option<(u64, u64)>,
 }
 
 fn pick_local_ip(cfg: &PerfConfig) -> Result<(IpAddr, Option<u8>)> {
@@ -256,7 +456,7 @@ pub fn run(cfg: PerfConfig, out: Box<dyn std::io::Write>) -> Result<Option<BwRes
         }
     };
     stream.set_nodelay(true).ok();
-    let mut run = setup(cfg, port, stream, out)?;
+    let mut run = setup::setup(cfg, port, stream, out)?;
     let r = if run.cfg.test.is_bw() { bw::run(&mut run) } else { lat::run(&mut run) };
     run.port.flush_capture();
     if run.cfg.counters {
@@ -326,141 +526,97 @@ fn connect_tcp(host: &str, port: u16, timeout: Duration) -> Result<TcpStream> {
     }
 }
 
-/// Create the QPs, exchange keys, connect.
-fn setup(cfg: PerfConfig, mut port: Port, stream: TcpStream, out: Box<dyn std::io::Write>) -> Result<Run> {
-    let active = port.device_ref().config().active_mtu;
-    let my_mtu = cfg.mtu.map_or(active, |m| m.min(active));
-    let mut scfg = SessionConfig::new(cfg.test.kind());
-    scfg.mtu = ib_mtu(my_mtu);
-    scfg.num_qps = cfg.qps;
-    let mut session = match cfg.host {
-        Some(_) => PerftestSession::client(stream, scfg),
-        None => PerftestSession::server(stream, scfg),
-    }
-    .map_err(|e| anyhow!(e))?;
-    let agreed = session.agreed();
-    let mtu = Mtu::from_enum(agreed.mtu as u8).unwrap_or(Mtu::Mtu1024).min(active);
-    let max_size = if cfg.all_sizes { 1 << 23 } else { cfg.size };
-    let buf_size = max_size.max(agreed.cycle_buffer as usize).max(64);
-    let gid_index = port.gid_index();
-    let gid = port.device_ref().config().gids[gid_index as usize];
-    let out_reads: u16 = if cfg.test.needs_reads() { port.device_ref().config().max_qp_rd_atom as u16 } else { 1 };
-    let mut conns = Vec::new();
-    let dev = port.device();
-    let pd = dev.alloc_pd();
-    for _ in 0..cfg.qps {
-        let cq = dev.create_cq(16384)?;
-        let cap = QpCap {
-            max_send_wr: cfg.tx_depth.max(1),
-            max_recv_wr: cfg.rx_depth.max(1),
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let qpn =
-            dev.create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false })?;
-        // Two halves, as perftest lays out latency buffers: the peer writes into the first
-        // (the advertised address), we send from the second. Latency tests poll the last byte
-        // of a message in the first half, so it starts zeroed.
-        let fill = |i: usize| if cfg.test.is_bw() { (i % 251) as u8 } else { 0 };
-        let mem: Box<[u8]> = (0..2 * buf_size).map(fill).collect();
-        let access = AccessFlags::LOCAL_WRITE
-            | AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC;
-        let mr = dev.reg_mr(pd, mem, access)?;
-        let me = PerftestDest {
-            lid: 0,
-            out_reads,
-            qpn,
-            psn: dev.random_psn(),
-            rkey: mr.rkey,
-            vaddr: mr.addr,
-            gid: gid.0,
-            ..Default::default()
-        };
-        conns.push(Conn { qpn, cq, mr, me, peer: PerftestDest::default() });
-    }
-    let mine: Vec<PerftestDest> = conns.iter().map(|c| c.me).collect();
-    let peers = session.exchange_keys(&mine).map_err(|e| anyhow!(e))?;
-    for (c, p) in conns.iter_mut().zip(peers) {
-        c.peer = p;
-    }
-    // Connect like perftest's ctx_modify_qp_to_rtr / _rts.
-    let peer_ip = Gid(conns[0].peer.gid).to_ip();
-    let dmac = match &cfg.ifname {
-        Some(name) => netif::resolve_mac(name, peer_ip, Duration::from_secs(5))
-            .with_context(|| format!("resolve the MAC of {peer_ip} on {name}"))?,
-        None => uroce_wire::EthernetAddress([0x02, 0, 0, 0, 0, 0x02]),
-    };
-    for c in &conns {
-        connect_qp(port.device(), c, &cfg, mtu, gid_index, dmac)?;
-    }
-    session.connected().map_err(|e| anyhow!(e))?;
-    let mut run = Run { cfg, port, conns, session: Some(session), mtu, buf_size, out };
-    report::header(&mut run)?;
-    Ok(run)
-}
-
-fn connect_qp(
-    dev: &mut Device,
-    c: &Conn,
-    cfg: &PerfConfig,
-    mtu: Mtu,
-    sgid_index: u8,
-    dmac: uroce_wire::EthernetAddress,
-) -> Result<()> {
-    use QpAttrMask as M;
-    let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    let mut a = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access, ..Default::default() };
-    dev.modify_qp(c.qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)?;
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = mtu;
-    a.dest_qp_num = c.peer.qpn;
-    a.rq_psn = c.peer.psn;
-    a.max_dest_rd_atomic = c.me.out_reads.min(255) as u8;
-    a.min_rnr_timer = 12;
-    a.ah_attr = AddressVector {
-        dgid: Gid(c.peer.gid),
-        sgid_index,
-        hop_limit: 0xff,
-        traffic_class: cfg.tclass,
-        dmac,
-        ..Default::default()
-    };
-    dev.modify_qp(
-        c.qpn,
-        &a,
-        M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
-    )?;
-    a.qp_state = QpState::Rts;
-    a.timeout = cfg.qp_timeout;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = c.me.psn;
-    a.max_rd_atomic = c.peer.out_reads.clamp(1, 128) as u8;
-    dev.modify_qp(c.qpn, &a, M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC)?;
-    Ok(())
-}
-
 impl Run {
-    /// The out-of-band session (taken by `finish`).
-    pub(crate) fn session(&mut self) -> Result<&mut PerftestSession<TcpStream>> {
-        self.session.as_mut().context("the perftest session is already closed")
+    /// Run one step of the out-of-band exchange on a helper thread while this thread keeps the
+    /// port running: the peer may still need our ACKs or READ responses until it gets there.
+    pub(crate) fn oob<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&mut PerftestSession<TcpStream>) -> Result<T, uroce_rxe_compat::perftest::PerftestError>
+            + Send
+            + 'static,
+    ) -> Result<T> {
+        let mut session = self.session.take().context("the perftest session is already closed")?;
+        let h = std::thread::spawn(move || {
+            let r = f(&mut session);
+            (session, r)
+        });
+        while !h.is_finished() {
+            self.port.drive(Duration::from_millis(5), |_| false)?;
+        }
+        let (session, r) = h.join().map_err(|_| anyhow!("perftest exchange thread panicked"))?;
+        self.session = Some(session);
+        r.map_err(|e| anyhow!(e))
     }
 
-    /// Finish the out-of-band exchange while the port keeps running (the peer may still need
-    /// our ACKs or READ responses until it has finished).
+    /// Finish the out-of-band exchange (sync, report, close) while the port keeps running.
     pub(crate) fn finish(
         &mut self,
         report: Option<uroce_rxe_compat::perftest::BwReport>,
     ) -> Result<uroce_rxe_compat::perftest::Finished> {
+        self.end(move |s| s.finish(report.as_ref()))
+    }
+
+    /// Only the close handshake (flows that did their own syncs and report exchange).
+    pub(crate) fn close(&mut self) -> Result<uroce_rxe_compat::perftest::Finished> {
+        self.end(|s| s.close())
+    }
+
+    fn end(
+        &mut self,
+        f: impl FnOnce(
+                PerftestSession<TcpStream>,
+            )
+                -> Result<uroce_rxe_compat::perftest::Finished, uroce_rxe_compat::perftest::PerftestError>
+            + Send
+            + 'static,
+    ) -> Result<uroce_rxe_compat::perftest::Finished> {
         let session = self.session.take().context("the perftest session is already closed")?;
-        let h = std::thread::spawn(move || session.finish(report.as_ref()));
+        let h = std::thread::spawn(move || f(session));
         while !h.is_finished() {
             self.port.drive(Duration::from_millis(5), |_| false)?;
         }
         h.join().map_err(|_| anyhow!("perftest exchange thread panicked"))?.map_err(|e| anyhow!(e))
+    }
+
+    /// `--cpu_util` is in effect (perftest: duration mode only).
+    pub(crate) fn cpu_util_enabled(&self) -> bool {
+        self.cfg.cpu_util && self.cfg.duration.is_some()
+    }
+
+    /// Start the CPU measurement of `--cpu_util`.
+    pub(crate) fn cpu_start(&mut self) {
+        if self.cpu_util_enabled() {
+            self.cpu = cpu_stat();
+        }
+    }
+
+    /// perftest's `calc_cpu_util`: user jiffies / (user + idle) since [`Run::cpu_start`].
+    pub(crate) fn cpu_end(&mut self) -> Option<f64> {
+        let (u0, i0) = self.cpu.take()?;
+        let (u1, i1) = cpu_stat()?;
+        let (du, di) = (u1.saturating_sub(u0), i1.saturating_sub(i0));
+        Some(if du + di == 0 { 0.0 } else { du as f64 / (du + di) as f64 * 100.0 })
+    }
+}
+
+/// The first line of /proc/stat: (user, idle) jiffies, as perftest's `get_cpu_stats` reads them.
+fn cpu_stat() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    let f: Vec<u64> = s.lines().next()?.split_whitespace().skip(1).filter_map(|w| w.parse().ok()).collect();
+    Some((*f.first()?, *f.get(3)?))
+}
+
+/// One round of progress: busy polling, or with `-e` sleep on the port until a completion is
+/// there (perftest's `ibv_req_notify_cq` + `ibv_get_cq_event`; ours sleeps on the backend's
+/// descriptor, never past the engine's next timer). Returns whether anything happened.
+pub(crate) fn progress(run: &mut Run) -> Result<bool> {
+    if run.cfg.events {
+        let cqs: Vec<CqHandle> = run.conns.iter().map(|c| c.cq).collect();
+        Ok(run.port.drive(Duration::from_millis(100), |p| {
+            cqs.iter().any(|&cq| p.device_ref().cq(cq).is_some_and(|c| !c.is_empty()))
+        })?)
+    } else {
+        Ok(run.port.poll()?)
     }
 }
 

@@ -361,6 +361,12 @@ pub struct SessionConfig {
     pub key_format: KeyFormat,
     /// `--report-per-port` (4 more report fields).
     pub report_per_port: bool,
+    /// Exchange versions, sys data and MTU first (default). `false` is `--dont_xchg_versions`
+    /// as its help text means it ("Do not exchange versions and MTU with other side"): the
+    /// peer is taken to be our own version with our own sys data and MTU. Both sides must agree.
+    /// Stock perftest 4.5 to 26.x cannot run with the flag: its never-filled `rem_version`
+    /// reads as 0.0 and `check_version_compatibility` exits, so this only pairs uroce with uroce.
+    pub exchange_versions: bool,
 }
 
 impl SessionConfig {
@@ -376,6 +382,7 @@ impl SessionConfig {
             num_qps: 1,
             key_format: KeyFormat::Gid,
             report_per_port: false,
+            exchange_versions: true,
         }
     }
 
@@ -477,6 +484,15 @@ impl<S: Read + Write> PerftestSession<S> {
 
     /// `exchange_versions`, `check_version_compatibility`, `check_sys_data`, `check_mtu`.
     fn preamble(&mut self) -> Result<(), PerftestError> {
+        if !self.cfg.exchange_versions {
+            self.peer = PeerInfo {
+                version: self.cfg.version,
+                cycle_buffer: self.cfg.cycle_buffer,
+                cache_line_size: self.cfg.cache_line_size,
+                mtu: self.cfg.mtu,
+            };
+            return Ok(());
+        }
         let mut v = [0u8; VERSION_LEN];
         self.xchg(&self.cfg.version.encode(), &mut v, Step::Version)?;
         let version =
@@ -643,14 +659,25 @@ impl<S: Read + Write> PerftestSession<S> {
     /// would deadlock two uroce sides, and a stock peer does not need it.
     pub fn finish(mut self, my_report: Option<&BwReport>) -> Result<Finished, PerftestError> {
         self.expect_phase("finish", Phase::Started)?;
-        let test = self.cfg.test;
         let mut peer_report = None;
-        if test.exchanges_report() {
+        if self.cfg.test.exchanges_report() {
             self.checked_handshake(Handshake::Sync, 0)?;
             peer_report = Some(self.report(&my_report.copied().unwrap_or_default())?);
         }
+        let mut f = self.close()?;
+        f.peer_report = peer_report;
+        Ok(f)
+    }
+
+    /// End the test without [`finish`](Self::finish)'s sync and report: only the close
+    /// handshake (every test but write_lat) and the `"done"` rules. For the flows that do
+    /// their own syncs and report exchange with [`barrier`](Self::barrier) and
+    /// [`exchange_report`](Self::exchange_report): duplex (`-b`: H, traffic, R, then this)
+    /// and the per-size syncs of `-a`.
+    pub fn close(mut self) -> Result<Finished, PerftestError> {
+        self.expect_phase("close", Phase::Started)?;
         let mut peer_sent_done = false;
-        if test.has_close_handshake() {
+        if self.cfg.test.has_close_handshake() {
             self.checked_handshake(Handshake::Close, 0)?;
             if self.cfg.version.sends_done() {
                 // perftest <= 6.16 writes "done" and never reads the peer's; the peer may have
@@ -661,7 +688,7 @@ impl<S: Read + Write> PerftestSession<S> {
                 peer_sent_done = self.read_peer_done()?;
             }
         }
-        Ok(Finished { peer_report, peer_sent_done })
+        Ok(Finished { peer_report: None, peer_sent_done })
     }
 
     /// Read the `"done\0"` of a peer <= 6.16. EOF, reset or timeout before it are tolerated
