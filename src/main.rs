@@ -7,9 +7,15 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
     match uroce::cli::run() {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("uroce: {e:#}");
-            std::process::ExitCode::from(2)
-        }
+        Err(e) => match uroce::cli::failure_lines(&e) {
+            // stdout was closed by its reader (`uroce pcap x | head`): end quietly, with success.
+            None => std::process::ExitCode::SUCCESS,
+            Some(lines) => {
+                for l in lines {
+                    eprintln!("uroce: {l}");
+                }
+                std::process::ExitCode::from(2)
+            }
+        },
     }
 }

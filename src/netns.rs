@@ -12,12 +12,119 @@
 //! Code runs inside a namespace on a thread that called `setns(CLONE_NEWNET)` ([`spawn_in`]):
 //! network namespaces are per thread, so one process can hold both ends of a link.
 //! Needs root and `ip` (iproute2); loss needs `nft`.
+//!
+//! Nothing is left behind on any exit path: an error return or a panic drops the [`NetPair`] /
+//! [`BridgePort`] (which runs `ip netns del`); a fatal signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+//! and SIGABRT, i.e. an abort such as the allocator's) runs a handler that removes every
+//! namespace this process still has registered — what `ip netns del` does, `umount2` and
+//! `unlink` of `/run/netns/NAME`, both async-signal-safe — and then dies of the signal as it
+//! would have. The namespace itself (with its veth ends) goes when its last user, this
+//! process, is gone.
 
 use anyhow::{bail, Context, Result};
+use std::ffi::{c_char, CStr, CString};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::thread::JoinHandle;
+
+/// Namespaces this process created and has not removed yet, as NUL-terminated
+/// `/run/netns/NAME` paths: what the fatal-signal handler removes. A slot is taken by
+/// swapping its pointer out, so the handler and [`untrack`] never both own one.
+static LIVE: [AtomicPtr<c_char>; 64] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 64];
+
+/// The signals after which a namespace would otherwise be left behind.
+const FATAL: [libc::c_int; 5] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGABRT];
+
+fn netns_path(ns: &str) -> Option<CString> {
+    CString::new(format!("/run/netns/{ns}")).ok()
+}
+
+/// Removes every registered namespace file; async-signal-safe (atomics and two syscalls).
+fn remove_live() {
+    for slot in &LIVE {
+        let p = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            // SAFETY: `p` came from `CString::into_raw` in `track` and is still a valid
+            // NUL-terminated string (only its swapper may free it, and that is us); umount2 and
+            // unlink only read it. The string is leaked: freeing is not async-signal-safe, and
+            // the process is about to die.
+            unsafe {
+                libc::umount2(p, libc::MNT_DETACH);
+                libc::unlink(p);
+            }
+        }
+    }
+}
+
+/// Installs the fatal-signal handlers once per process.
+fn install_signal_cleanup() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for sig in FATAL {
+            // SAFETY: the action only calls async-signal-safe code: `remove_live` (atomic swaps,
+            // umount2, unlink) and signal-hook's `emulate_default_handler` (documented
+            // async-signal-safe), which restores the default action and re-raises, so the
+            // process still ends the way the signal would have ended it.
+            let r = unsafe {
+                signal_hook::low_level::register(sig, move || {
+                    remove_live();
+                    let _ = signal_hook::low_level::emulate_default_handler(sig);
+                })
+            };
+            if let Err(e) = r {
+                tracing::warn!(signal = sig, error = %e, "cannot install the namespace clean-up handler");
+            }
+        }
+    });
+}
+
+/// Registers namespace `ns` for removal on a fatal signal (before it is created).
+fn track(ns: &str) {
+    install_signal_cleanup();
+    let Some(path) = netns_path(ns) else { return };
+    let raw = path.into_raw();
+    for slot in &LIVE {
+        if slot.compare_exchange(std::ptr::null_mut(), raw, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            return;
+        }
+    }
+    // SAFETY: `raw` came from `into_raw` just above and was stored nowhere.
+    drop(unsafe { CString::from_raw(raw) });
+    tracing::warn!(ns, "more than 64 live namespaces: this one is removed on drop only, not on a signal");
+}
+
+/// Forgets namespace `ns` (after it was removed).
+fn untrack(ns: &str) {
+    let Some(want) = netns_path(ns) else { return };
+    for slot in &LIVE {
+        let p = slot.load(Ordering::Acquire);
+        if p.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null slot holds a string from `track`; it is freed only by whoever swaps
+        // it out of the slot, and a signal handler that does so never frees it.
+        let same = unsafe { CStr::from_ptr(p) } == want.as_c_str();
+        if same && slot.compare_exchange(p, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            // SAFETY: we swapped `p` out, so we own it; it came from `CString::into_raw`.
+            drop(unsafe { CString::from_raw(p) });
+            return;
+        }
+    }
+}
+
+/// Names of the namespaces this process has registered and not yet removed (for tests).
+pub fn live_namespaces() -> Vec<String> {
+    LIVE.iter()
+        .filter_map(|slot| {
+            let p = slot.load(Ordering::Acquire);
+            // SAFETY: as in `untrack`: a non-null slot holds a live string from `track`.
+            (!p.is_null())
+                .then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().trim_start_matches("/run/netns/").to_string())
+        })
+        .collect()
+}
 
 /// Run `ip` with `args`; an error carries its stderr.
 pub fn ip(args: &[&str]) -> Result<()> {
@@ -162,6 +269,7 @@ impl NetPair {
         all.extend(pair.mid.clone());
         for ns in &all {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
+            track(ns);
             ip(&["netns", "add", ns])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
@@ -253,6 +361,7 @@ impl NetPair {
     /// Delete a namespace now (a peer that vanishes mid-transfer).
     pub fn delete_ns(ns: &str) {
         let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        untrack(ns);
     }
 }
 
@@ -298,7 +407,11 @@ impl BridgePort {
             bail!("network namespaces need root");
         }
         let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        ip(&["netns", "add", ns])?;
+        track(ns);
+        if let Err(e) = ip(&["netns", "add", ns]) {
+            untrack(ns);
+            return Err(e);
+        }
         let port = BridgePort {
             ns: ns.into(),
             ifname: ifname.into(),

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 mod demo_cmd;
+pub mod limits;
 mod pcap_cmd;
 mod perf_cmd;
 mod pingpong_cmd;
@@ -77,4 +78,35 @@ pub fn run() -> Result<std::process::ExitCode> {
         Command::Demo(a) => demo_cmd::run(&a),
         Command::Pingpong(a) => pingpong_cmd::run(&a),
     }
+}
+
+/// Did `e` happen because a write found its pipe closed (`EPIPE`)?
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+/// Is standard output a pipe (or socket) whose reading end is closed, as after `uroce pcap x |
+/// head`? `poll` reports `POLLERR` on a pipe without readers.
+pub fn stdout_closed() -> bool {
+    let mut p = libc::pollfd { fd: libc::STDOUT_FILENO, events: 0, revents: 0 };
+    // SAFETY: one valid pollfd, timeout 0; poll only writes `revents`.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & (libc::POLLERR | libc::POLLHUP) != 0
+}
+
+/// What the command line does with a failed run: `None` when it should end quietly with
+/// success (its standard output was closed by the reader, like `head`: other Unix tools end
+/// silently there too), else the lines to print on stderr (the error, and a hint when one
+/// helps, e.g. the kernel-UDP backend for a user without the privileges AF_XDP needs).
+pub fn failure_lines(e: &anyhow::Error) -> Option<Vec<String>> {
+    if is_broken_pipe(e) && stdout_closed() {
+        return None;
+    }
+    let mut lines = vec![format!("{e:#}")];
+    if e.chain().any(|c| crate::io::xdp::NotPermitted::find(c).is_some()) {
+        lines.push(
+            "without those privileges use --backend udp: a kernel UDP socket on port 4791, same wire format".into(),
+        );
+    }
+    Some(lines)
 }

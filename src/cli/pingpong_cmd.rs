@@ -8,6 +8,7 @@
 //! Exit status: 0 on success; 1 when the run fails (a completion error, invalid data under
 //! `-c`, a refused option), as rc_pingpong returns 1.
 
+use super::limits::{self, Limit};
 use super::perf_cmd::BackendArgs;
 use crate::pingpong::{self, PingpongConfig};
 use anyhow::{bail, Result};
@@ -31,9 +32,10 @@ fn c_number(s: &str) -> Result<u64, String> {
     r.map_err(|e| format!("{s:?} is not a number: {e}"))
 }
 
-fn c_u32(s: &str) -> Result<u32, String> {
-    let v = c_number(s)?;
-    u32::try_from(v).map_err(|_| format!("{v} is too large"))
+/// `v` of flag `flag` within `l`, or the one-line error `-s 99999999999: the message size must
+/// be between ...`.
+fn limit(flag: &str, l: &Limit, v: u64) -> Result<u64> {
+    l.check(v).map_err(|e| anyhow::anyhow!("{flag} {v}: {e}"))
 }
 
 /// rc_pingpong's flags (same letters and long names) plus uroce's own.
@@ -50,21 +52,21 @@ pub struct PingpongArgs {
     /// Port of the device (uroce has one: 1).
     #[arg(short = 'i', long = "ib-port", default_value = "1", allow_negative_numbers = true)]
     ib_port: i64,
-    /// Size of the message to exchange.
-    #[arg(short = 's', long, default_value = "4096", value_parser = c_u32)]
-    size: u32,
+    /// Size of the message to exchange (1 .. 2^31).
+    #[arg(short = 's', long, default_value = "4096", value_parser = c_number)]
+    size: u64,
     /// Path MTU: 256, 512, 1024, 2048 or 4096 (not exchanged: give both sides the same).
-    #[arg(short = 'm', long, default_value = "1024", value_parser = c_u32)]
-    mtu: u32,
-    /// Number of receives to post at a time.
-    #[arg(short = 'r', long = "rx-depth", default_value = "500", value_parser = c_u32)]
-    rx_depth: u32,
-    /// Number of exchanges.
-    #[arg(short = 'n', long, default_value = "1000", value_parser = c_u32)]
-    iters: u32,
-    /// Service level (the 802.1p priority of VLAN-tagged frames).
-    #[arg(short = 'l', long, default_value = "0", value_parser = c_u32)]
-    sl: u32,
+    #[arg(short = 'm', long, default_value = "1024", value_parser = c_number)]
+    mtu: u64,
+    /// Number of receives to post at a time (1 .. 16384).
+    #[arg(short = 'r', long = "rx-depth", default_value = "500", value_parser = c_number)]
+    rx_depth: u64,
+    /// Number of exchanges (1 .. 2^32-1).
+    #[arg(short = 'n', long, default_value = "1000", value_parser = c_number)]
+    iters: u64,
+    /// Service level (the 802.1p priority of VLAN-tagged frames), 0 .. 7.
+    #[arg(short = 'l', long, default_value = "0", value_parser = c_number)]
+    sl: u64,
     /// Sleep when idle (on the backend's descriptor) instead of busy-polling.
     #[arg(short = 'e', long)]
     events: bool,
@@ -110,10 +112,11 @@ pub struct PingpongArgs {
     /// operating system's random source, different on every run).
     #[arg(long)]
     seed: Option<u64>,
-    /// Seconds the client keeps retrying its TCP connection.
+    /// Seconds the client keeps retrying its TCP connection (0 .. 86400).
     #[arg(long, default_value_t = 30)]
     connect_timeout: u64,
-    /// Give up after this many seconds without a completion (rc_pingpong waits forever).
+    /// Give up after this many seconds without a completion (rc_pingpong waits forever), 1 ..
+    /// 86400.
     #[arg(long, default_value_t = 30)]
     stall_timeout: u64,
     /// At exit, print the engine's non-zero counters, the port's stats and the fault
@@ -150,26 +153,34 @@ pub fn config(a: &PingpongArgs) -> Result<PingpongConfig> {
     if a.dm {
         bail!("-j (device memory) is not supported: uroce has no device memory");
     }
-    if a.port > 65535 {
-        bail!("-p must be at most 65535");
-    }
+    limit("-p", &limits::TCP_PORT, a.port)?;
     if a.ib_port < 1 {
         bail!("-i must be at least 1");
     }
     if a.ib_port != 1 {
         bail!("uroce has one port: -i 1");
     }
-    let mtu =
-        Mtu::from_bytes(a.mtu as usize).ok_or_else(|| anyhow::anyhow!("-m must be 256, 512, 1024, 2048 or 4096"))?;
-    if a.iters == 0 {
-        bail!("-n must be at least 1");
-    }
-    if a.rx_depth == 0 || a.rx_depth > 16384 {
-        bail!("-r must be between 1 and 16384");
-    }
+    let mtu = usize::try_from(a.mtu)
+        .ok()
+        .and_then(Mtu::from_bytes)
+        .ok_or_else(|| anyhow::anyhow!("-m must be 256, 512, 1024, 2048 or 4096"))?;
+    let size = limit("-s", &limits::PINGPONG_SIZE, a.size)? as u32;
+    let iters = limit("-n", &limits::PINGPONG_ITERS, a.iters)? as u32;
+    let rx_depth = limit("-r", &limits::PINGPONG_RX_DEPTH, a.rx_depth)? as u32;
     if a.sl > 7 {
         bail!("-l must be between 0 and 7 (RoCE carries the SL as the 802.1p priority)");
     }
+    limit("--connect-timeout", &limits::CONNECT_TIMEOUT, a.connect_timeout)?;
+    limit("--stall-timeout", &limits::STALL_TIMEOUT, a.stall_timeout)?;
+    if let Some((k, off)) = a.debug_corrupt_send {
+        if k > iters || off >= size as usize {
+            bail!("--debug-corrupt-send {k}@{off}: there are {iters} messages of {size} bytes");
+        }
+    }
+    // The buffer, and with -c the expected contents of the peer's messages and of ours.
+    let copies = if a.chk { 3 } else { 1 };
+    limits::fits_in_memory(&format!("-s {size} ({copies} buffer(s) of the message size)"), copies * a.size)
+        .map_err(|e| anyhow::anyhow!("{e}: use a smaller -s"))?;
     let c = PingpongConfig {
         host: a.host.clone(),
         port: a.port as u16,
@@ -180,10 +191,10 @@ pub fn config(a: &PingpongArgs) -> Result<PingpongConfig> {
             Some(g) if g >= 0 => Some(u8::try_from(g).map_err(|_| anyhow::anyhow!("-g {g} is out of range"))?),
             _ => None,
         },
-        size: a.size,
+        size,
         mtu,
-        rx_depth: a.rx_depth,
-        iters: a.iters,
+        rx_depth,
+        iters,
         sl: a.sl as u8,
         validate: a.chk,
         events: a.events,
@@ -191,12 +202,11 @@ pub fn config(a: &PingpongArgs) -> Result<PingpongConfig> {
         pcap: a.pcap.clone(),
         inject: a.inject.clone(),
         connect_timeout: Duration::from_secs(a.connect_timeout),
-        stall_timeout: Duration::from_secs(a.stall_timeout.max(1)),
+        stall_timeout: Duration::from_secs(a.stall_timeout),
         counters: a.counters,
         retry_forever: a.retry_forever,
         corrupt_send: a.debug_corrupt_send,
         seed: a.seed,
-        ..PingpongConfig::default()
     };
     let _ = (a.new_send, a.allow_cc_unprotected);
     Ok(c)
@@ -218,10 +228,15 @@ pub fn run(a: &PingpongArgs) -> Result<ExitCode> {
             eprintln!("uroce pingpong: invalid data (-c)");
             Ok(ExitCode::FAILURE)
         }
-        Err(e) => {
-            eprintln!("{e:#}");
-            Ok(ExitCode::FAILURE)
-        }
+        Err(e) => match super::failure_lines(&e) {
+            None => Ok(ExitCode::SUCCESS),
+            Some(lines) => {
+                for l in lines {
+                    eprintln!("{l}");
+                }
+                Ok(ExitCode::FAILURE)
+            }
+        },
     }
 }
 
@@ -278,7 +293,19 @@ mod tests {
             (&["-i", "2"], "one port"),
             (&["-i", "0"], "at least 1"),
             (&["-p", "70000"], "65535"),
-            (&["-n", "0"], "-n"),
+            (&["-n", "0"], "-n 0: the number of exchanges must be between 1 and 4294967295"),
+            (&["-n", "4294967296"], "-n 4294967296: the number of exchanges must be between 1"),
+            (&["-s", "0"], "-s 0: the message size must be between 1 and 2147483648 bytes"),
+            (&["-s", "99999999999"], "-s 99999999999: the message size must be between 1 and 2147483648 bytes"),
+            (&["-r", "0"], "-r 0: the receive depth must be between 1 and 16384 (rxe's max_qp_wr)"),
+            (&["-r", "16385"], "-r 16385: the receive depth must be between 1 and 16384"),
+            (&["-m", "99999999999"], "-m must be 256, 512, 1024, 2048 or 4096"),
+            (&["-l", "8"], "-l must be between 0 and 7"),
+            (&["-p", "0"], "-p 0: the TCP port must be between 1 and 65535"),
+            (&["--stall-timeout", "0"], "--stall-timeout 0: the stall timeout must be between 1 and 86400"),
+            (&["--connect-timeout", "18446744073709551615"], "the connect timeout must be between 0 and 86400"),
+            (&["-n", "5", "--debug-corrupt-send", "6"], "there are 5 messages of 4096 bytes"),
+            (&["--debug-corrupt-send", "1@4096"], "there are 1000 messages of 4096 bytes"),
         ] {
             let e = parse(args).unwrap_err().to_string();
             assert!(e.contains(msg), "{args:?}: {e}");

@@ -1,7 +1,8 @@
 //! `uroce sim soak`: the transport soak over the simulated network, as a command.
 
+use super::limits;
 use crate::pcap::CaptureWriter;
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use std::cell::RefCell;
 use std::io::Write;
 use std::path::PathBuf;
@@ -14,8 +15,8 @@ use uroce_transport::Mtu;
 /// Arguments of `uroce sim soak`.
 #[derive(clap::Args, Debug)]
 pub struct SoakArgs {
-    /// Work requests to run (random mix of every operation and size).
-    #[arg(long, default_value_t = 10_000)]
+    /// Work requests to run (random mix of every operation and size), 1 .. 10^9.
+    #[arg(long, default_value_t = 10_000, value_parser = limits::SOAK_OPS.parser())]
     pub ops: u64,
     /// Seed of the workload and the network.
     #[arg(long, default_value_t = 1)]
@@ -35,12 +36,13 @@ pub struct SoakArgs {
     /// Path MTU in bytes (256, 512, 1024, 2048, 4096).
     #[arg(long, default_value_t = 1024)]
     pub mtu: usize,
-    /// RC QP pairs.
-    #[arg(long, default_value_t = 2)]
-    pub qps: usize,
-    /// Largest message in bytes.
-    #[arg(long, default_value_t = 64 * 1024)]
-    pub max_size: usize,
+    /// RC QP pairs, 1 .. 1024.
+    #[arg(long, default_value_t = 2, value_parser = limits::SOAK_QPS.parser())]
+    pub qps: u64,
+    /// Largest message in bytes, 0 .. 64 MiB (each QP pair keeps 3 x 16 slots of it in memory;
+    /// all pairs together at most 4 GiB).
+    #[arg(long, default_value_t = 64 * 1024, value_parser = limits::SOAK_MAX_SIZE.parser())]
+    pub max_size: u64,
     /// Use IPv6 GIDs.
     #[arg(long)]
     pub ipv6: bool,
@@ -59,9 +61,6 @@ pub fn soak(a: &SoakArgs) -> Result<ExitCode> {
             bail!("--{name} must be in [0, 1)");
         }
     }
-    if a.qps == 0 {
-        bail!("--qps must be at least 1");
-    }
     let cfg = SoakConfig {
         ops: a.ops,
         seed: a.seed,
@@ -70,11 +69,14 @@ pub fn soak(a: &SoakArgs) -> Result<ExitCode> {
         dup: a.dup,
         corrupt: a.corrupt,
         mtu,
-        qps: a.qps,
-        max_size: a.max_size,
+        qps: a.qps as usize,
+        max_size: a.max_size as usize,
         ipv6: a.ipv6,
         ..SoakConfig::default()
     };
+    // Before anything is allocated: the engine's own bounds, then this machine's memory.
+    cfg.check().map_err(|e| anyhow!("{e}"))?;
+    limits::fits_in_memory("the soak's regions", cfg.region_bytes()).map_err(|e| anyhow!("{e}"))?;
     let writer = match &a.pcap {
         Some(p) => {
             let f = std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?;
@@ -93,7 +95,7 @@ pub fn soak(a: &SoakArgs) -> Result<ExitCode> {
             w.into_inner().into_inner().flush()?;
         }
     }
-    println!("{}", r.summary());
+    writeln!(std::io::stdout(), "{}", r.summary())?;
     for e in &r.errors {
         eprintln!("error: {e}");
     }

@@ -28,6 +28,39 @@ use uroce_xdp_prog::{AttachMode, ProgramConfig, XdpSteering};
 /// multi-buffer (`XDP_USE_SG`).
 pub const MAX_SINGLE_CHUNK_MTU: usize = 4096 - 256 - 18;
 
+/// The kernel refused AF_XDP for lack of privileges: the XDP program and its XSKMAP need
+/// `CAP_BPF` and `CAP_NET_ADMIN`, an AF_XDP socket `CAP_NET_RAW` (root has them all). Carried
+/// inside the `io::Error` (kind `PermissionDenied`) that [`XdpBackend::open`] returns, so a
+/// command line can find it and suggest the kernel-UDP backend.
+#[derive(Debug)]
+pub struct NotPermitted {
+    /// The interface.
+    pub ifname: String,
+    /// What was refused, e.g. `attach the XDP program: MapCreate failed: Operation not permitted`.
+    pub refused: String,
+}
+
+impl std::fmt::Display for NotPermitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: AF_XDP needs root, or the capabilities CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW ({})",
+            self.ifname, self.refused
+        )
+    }
+}
+
+impl std::error::Error for NotPermitted {}
+
+impl NotPermitted {
+    /// The [`NotPermitted`] inside `e`, if that is why `e` happened.
+    pub fn find<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a NotPermitted> {
+        e.downcast_ref::<NotPermitted>().or_else(|| {
+            e.downcast_ref::<io::Error>().and_then(|io| io.get_ref()).and_then(|i| i.downcast_ref::<NotPermitted>())
+        })
+    }
+}
+
 /// How to set up the AF_XDP backend.
 #[derive(Clone, Debug)]
 pub struct XdpOptions {
@@ -66,11 +99,18 @@ impl XdpBackend {
     /// Attach the XDP program to `ifname` and bind an AF_XDP socket to each queue.
     pub fn open(ifname: &str, opts: &XdpOptions) -> io::Result<XdpBackend> {
         let err = |what: &str, e: &dyn std::fmt::Display| io::Error::other(format!("{ifname}: {what}: {e}"));
+        let not_permitted = |what: &str, e: &dyn std::fmt::Display| {
+            let refused = format!("{what}: {e}");
+            io::Error::new(io::ErrorKind::PermissionDenied, NotPermitted { ifname: ifname.to_string(), refused })
+        };
         let link_mtu = uroce_xdp_prog::mtu(ifname).map_err(|e| err("MTU", &e))? as usize;
         let multi_buffer = link_mtu > MAX_SINGLE_CHUNK_MTU;
         let steering =
             XdpSteering::install(ifname, &ProgramConfig { frags: multi_buffer, ..Default::default() }, opts.attach)
-                .map_err(|e| err("attach the XDP program", &e))?;
+                .map_err(|e| match e.is_permission_denied() {
+                    true => not_permitted("attach the XDP program", &e),
+                    false => err("attach the XDP program", &e),
+                })?;
         let queues: Vec<u32> = match &opts.queues {
             Some(q) => q.clone(),
             None => {
@@ -84,6 +124,9 @@ impl XdpBackend {
         for q in queues {
             let s = XskSocket::new(ifindex, q, &cfg).map_err(|e| {
                 let what = format!("AF_XDP socket on queue {q}");
+                if matches!(&e, XskError::Os { source, .. } if source.raw_os_error() == Some(libc::EPERM)) {
+                    return not_permitted(&what, &e);
+                }
                 match zero_copy_sg_hint(&e, multi_buffer, link_mtu) {
                     Some(hint) => err(&what, &format!("{e} ({hint})")),
                     None => err(&what, &e),

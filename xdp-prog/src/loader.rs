@@ -18,6 +18,20 @@ const LICENSE: &[u8] = b"GPL\0";
 /// Size of the verifier log buffer used when a load fails (the kernel caps at 16 MiB).
 const VERIFIER_LOG_SIZE: usize = 1 << 20;
 
+impl Error {
+    /// True when the kernel refused for lack of privileges (`EPERM`): creating the XSKMAP and
+    /// loading the program need `CAP_BPF` and `CAP_NET_ADMIN` (or root), and so does attaching it
+    /// to an interface. A caller turns this into "run as root, or without AF_XDP" rather than
+    /// `MapCreate failed: Operation not permitted`.
+    pub fn is_permission_denied(&self) -> bool {
+        match self {
+            Error::Attach { native, generic, .. } => [native, generic].iter().any(|e| **e == Some(libc::EPERM)),
+            Error::Syscall { errno, .. } | Error::Verifier { errno, .. } => *errno == libc::EPERM,
+            Error::NoSuchInterface { .. } | Error::InvalidArgument(_) => false,
+        }
+    }
+}
+
 /// An `XSKMAP`: slot `q` holds the AF_XDP socket for RX queue `q`.
 #[derive(Debug)]
 pub struct XskMap {
@@ -520,5 +534,22 @@ impl XdpSteering {
     /// The attachment.
     pub fn attachment(&self) -> &Attachment {
         &self.attachment
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eperm_is_a_permission_error_and_nothing_else_is() {
+        let sys = |errno| Error::Syscall { step: Step::MapCreate, errno };
+        assert!(sys(libc::EPERM).is_permission_denied());
+        assert!(!sys(libc::EINVAL).is_permission_denied());
+        assert!(!sys(libc::EACCES).is_permission_denied(), "EACCES is the verifier's refusal, not privileges");
+        let attach = |native, generic| Error::Attach { ifindex: 1, native, generic };
+        assert!(attach(Some(libc::EOPNOTSUPP), Some(libc::EPERM)).is_permission_denied());
+        assert!(!attach(Some(libc::EOPNOTSUPP), None).is_permission_denied());
+        assert!(!Error::NoSuchInterface { name: "x".into() }.is_permission_denied());
     }
 }

@@ -73,6 +73,114 @@ impl Default for SoakConfig {
     }
 }
 
+/// The largest message a soak accepts (`max_size`): each QP pair keeps three regions of
+/// `depth` slots of this size, so 64 MiB already means 3 GiB per pair at the default depth.
+pub const MAX_MESSAGE: usize = 64 << 20;
+
+/// The most memory a soak's regions may take, all QP pairs together.
+pub const MAX_REGION_BYTES: u64 = 4 << 30;
+
+/// A soak configuration that cannot run (checked by [`SoakConfig::check`] before anything is
+/// allocated).
+#[derive(Clone, Debug, PartialEq)]
+pub enum SoakConfigError {
+    /// `qps` or `depth` is 0.
+    Empty {
+        /// Which field.
+        field: &'static str,
+    },
+    /// `max_size` is above [`MAX_MESSAGE`].
+    MessageTooLarge {
+        /// The size asked for.
+        max_size: usize,
+    },
+    /// The regions of all QP pairs would take more than [`MAX_REGION_BYTES`].
+    TooMuchMemory {
+        /// Bytes the regions would take.
+        bytes: u64,
+        /// QP pairs.
+        qps: usize,
+        /// Slot size (the largest message, at least 8 bytes for the atomics).
+        slot: usize,
+        /// Slots per region.
+        depth: usize,
+    },
+    /// A probability outside `[0, 1)`.
+    Probability {
+        /// Which one.
+        field: &'static str,
+        /// Its value.
+        value: f64,
+    },
+}
+
+impl core::fmt::Display for SoakConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            SoakConfigError::Empty { field } => write!(f, "the soak needs at least one {field}"),
+            SoakConfigError::MessageTooLarge { max_size } => write!(
+                f,
+                "the largest message ({max_size} bytes) must be at most {MAX_MESSAGE} bytes (64 MiB): \
+                 each QP pair keeps 3 regions of 16 slots of that size in memory"
+            ),
+            SoakConfigError::TooMuchMemory { bytes, qps, slot, depth } => write!(
+                f,
+                "the soak's regions would take {:.1} GiB ({qps} QP pairs x 3 regions x {depth} slots x {slot} \
+                 bytes); at most {} GiB: use fewer QP pairs or a smaller largest message",
+                *bytes as f64 / (1u64 << 30) as f64,
+                MAX_REGION_BYTES >> 30
+            ),
+            SoakConfigError::Probability { field, value } => write!(f, "{field} must be in [0, 1), not {value}"),
+        }
+    }
+}
+
+impl std::error::Error for SoakConfigError {}
+
+impl SoakConfig {
+    /// Bytes of memory the soak's regions take: per QP pair a local, a remote and a receive
+    /// region of `depth` slots of `max(max_size, 8)` bytes (the 16-byte atomic region aside).
+    pub fn region_bytes(&self) -> u64 {
+        (self.qps as u64)
+            .saturating_mul(3)
+            .saturating_mul(self.depth as u64)
+            .saturating_mul(self.max_size.max(8) as u64)
+    }
+
+    /// Refuses a configuration that cannot run, before anything is allocated: no QP pair or
+    /// no depth, a message above [`MAX_MESSAGE`], regions above [`MAX_REGION_BYTES`] (which also
+    /// keeps each region inside its 4 GiB I/O-virtual-address window), a probability outside
+    /// `[0, 1)`.
+    pub fn check(&self) -> Result<(), SoakConfigError> {
+        if self.qps == 0 {
+            return Err(SoakConfigError::Empty { field: "QP pair" });
+        }
+        if self.depth == 0 {
+            return Err(SoakConfigError::Empty { field: "outstanding WR per QP pair" });
+        }
+        if self.max_size > MAX_MESSAGE {
+            return Err(SoakConfigError::MessageTooLarge { max_size: self.max_size });
+        }
+        let bytes = self.region_bytes();
+        if bytes > MAX_REGION_BYTES {
+            return Err(SoakConfigError::TooMuchMemory {
+                bytes,
+                qps: self.qps,
+                slot: self.max_size.max(8),
+                depth: self.depth,
+            });
+        }
+        for (field, value) in
+            [("loss", self.loss), ("reorder", self.reorder), ("dup", self.dup), ("corrupt", self.corrupt)]
+        {
+            if !(0.0..1.0).contains(&value) {
+                return Err(SoakConfigError::Probability { field, value });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What a soak saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SoakReport {
