@@ -199,8 +199,10 @@ pub struct XskBlastArgs {
     #[arg(long, default_value_t = 2048)]
     pub rx_frames: u32,
     /// TX chunks per socket (4 KiB each), also the TX and completion ring sizes (power of
-    /// two; the AF_XDP backend's 2048).
-    #[arg(long, default_value_t = 2048)]
+    /// two). In copy mode a kick transmits synchronously, so one kick's worth (the budget)
+    /// suffices, and a small pool keeps the chunks the kernel copies from in cache (uroce's
+    /// frames are hot because it has just written them; its send window keeps 128 in flight).
+    #[arg(long, default_value_t = 256)]
     pub tx_frames: u32,
     /// RX: busy-poll this long without a frame before sleeping in poll() (0: sleep at once).
     #[arg(long, default_value_t = 2000)]
@@ -641,8 +643,17 @@ fn rx(a: &XskBlastArgs) -> Result<ExitCode> {
         Some(q) => vec![q],
         None => (0..uroce_xdp_prog::channels(&a.dev).map(|c| c.rx_queues()).unwrap_or(1).max(1)).collect(),
     };
-    // The sink never transmits: a token TX pool.
-    let cfg = XskConfig { tx_size: 2, comp_size: 2, frame_count: a.rx_frames + 2, ..xsk_config(a, multi_buffer) };
+    // The sink never transmits: a token TX pool. Its fill ring has room for twice its RX
+    // chunks, so a refill always fits whatever the kernel has published of its consumer
+    // index (it publishes lazily; with a ring of exactly the pool's size, returned chunks can
+    // wait off the ring while the kernel runs dry).
+    let cfg = XskConfig {
+        tx_size: 2,
+        comp_size: 2,
+        fill_size: 2 * a.rx_frames,
+        frame_count: a.rx_frames + 2,
+        ..xsk_config(a, multi_buffer)
+    };
     let mut socks = Vec::with_capacity(queues.len());
     for &q in &queues {
         let s =
@@ -704,8 +715,9 @@ fn rx(a: &XskBlastArgs) -> Result<ExitCode> {
         }
         let now = Instant::now();
         if let Some(c) = &credit {
-            // Every descriptor taken so far is back on a fill ring (the batches dropped).
-            let back: u64 = socks.iter().map(|s| s.counters().rx_descs).sum();
+            // Descriptors taken so far whose chunks are back on a fill ring (the batches
+            // dropped; a chunk the ring had no room for yet does not count).
+            let back: u64 = socks.iter().map(|s| s.counters().rx_descs - s.fill_pending() as u64).sum();
             c.word(CREDIT_RECYCLED).store(back, Ordering::Release);
             if got == 0 && now.duration_since(last_stats) >= Duration::from_micros(200) {
                 // Frames the kernel dropped took no fill-ring entry: hand their credit back.

@@ -758,6 +758,13 @@ impl XskSocket {
         self.tx_free.len()
     }
 
+    /// RX chunks user space has given back that are not on the fill ring yet: the ring had
+    /// no room for them as far as the kernel's published consumer index said. The next
+    /// [`refill`](Self::refill) (every [`recv`](Self::recv) starts with one) retries.
+    pub fn fill_pending(&self) -> usize {
+        self.fill_pending.len()
+    }
+
     /// Kick and reclaim until every queued TX descriptor is completed or `timeout` passes.
     /// Returns true if all completed.
     pub fn tx_drain(&mut self, timeout: Duration) -> Result<bool, XskError> {
