@@ -4,7 +4,8 @@
 //!   (`--rx`) built on the same AF_XDP socket layer ([`crate::io::xsk`]) and XDP program
 //!   (`uroce_xdp_prog::XdpSteering`) as the AF_XDP backend. It measures the I/O ceiling of a
 //!   link at a given frame size: what `uroce perf` could reach if the RoCE engine cost
-//!   nothing.
+//!   nothing (credit flow control between sink and blaster stands in for the transport's
+//!   send window, at no cost).
 //! * [`tcp_pingpong`] — `uroce tool tcp-pingpong`: a kernel TCP ping-pong (TCP_NODELAY), the
 //!   latency baseline `uroce perf write_lat` is compared with.
 //!

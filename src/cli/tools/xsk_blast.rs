@@ -2,22 +2,29 @@
 //!
 //! The I/O ceiling of the AF_XDP datapath at a given frame size, measured with uroce's own
 //! AF_XDP layer ([`XskSocket`]: the same UMEM, rings, need-wakeup handling, TX budget and
-//! multi-buffer code, with the AF_XDP backend's ring geometry) and XDP program
-//! ([`XdpSteering`]), and nothing else: no RoCE engine on either side. `uroce perf write_bw`
-//! over AF_XDP on the same link is judged against this packet rate, so the blaster does what
-//! the best AF_XDP code does and no per-frame work beyond it:
+//! multi-buffer code) and XDP program ([`XdpSteering`]), and nothing else: no RoCE engine on
+//! either side. `uroce perf write_bw` over AF_XDP on the same link is judged against this
+//! packet rate, so the blaster does what the best AF_XDP code does and no per-frame work
+//! beyond it:
 //!
-//! * TX: every TX chunk holds its frame from the start (written once; a chunk is rewritten
-//!   only when a multi-buffer packet puts it in another segment position), so a frame costs
-//!   a descriptor, not a copy. Each round reclaims every completion, fills the TX ring up to
-//!   `--batch` descriptors, publishes them with one store and kicks once (`sendto`, which in
-//!   copy mode transmits up to `XDP_MAX_TX_SKB_BUDGET` descriptors; EAGAIN is progress).
-//! * RX: one socket per queue, fill ring stocked at bind and refilled after every batch;
-//!   the sink busy-polls its rings (never sleeping while frames flow: a sleeping AF_XDP
-//!   reader makes the kernel wake it from the sender's CPU on every flush, which on this
-//!   VM cost the sending CPU half its time) and sleeps in `poll` only after `--spin-us` of
-//!   silence. It counts frames, bytes and lengths; `--verify` also parses every frame and
+//! * TX: every TX chunk holds its frame from the start (written once; a multi-buffer packet
+//!   puts each chunk back in the segment position it already holds), so a frame costs a
+//!   descriptor, not a copy. Each round reclaims every completion, queues up to `--batch`
+//!   descriptors, publishes them with one store and kicks once (`sendto`, which in copy mode
+//!   transmits up to `XDP_MAX_TX_SKB_BUDGET` descriptors synchronously; EAGAIN is progress).
+//!   The TX pool is one kick's worth (256 chunks), so the chunks the kernel copies from
+//!   stay in cache, as uroce's freshly written frames are.
+//! * RX: one socket per queue, its fill ring stocked at bind, twice the RX pool (a refill
+//!   always fits), refilled after every batch; the sink busy-polls its rings (a sleeping
+//!   AF_XDP reader makes the kernel wake it from the sender's CPU on every flush, which on
+//!   this VM cost the sending CPU half its time) and sleeps in `poll` only after `--spin-us`
+//!   of silence. It counts frames, bytes and lengths; `--verify` also parses every frame and
 //!   checks its ICRC.
+//! * Flow control (`--credit`, as the bench runs it): the blaster never has more frames in
+//!   flight than the sink's fill ring has room for ([`Credit`]), as a transport's send
+//!   window would ensure, so the fill ring never runs dry and the sender never spends its
+//!   CPU on frames the kernel then drops. Open loop, a sink preempted for a few
+//!   milliseconds lost up to a fifth of the frames, after the sender had paid for them.
 //!
 //! The frame is a valid RoCEv2 RC RDMA WRITE MIDDLE packet (Ethernet/IPv4/UDP 4791/BTH,
 //! payload, ICRC computed by `uroce_wire`) of exactly the size uroce's write_bw puts on the
@@ -55,45 +62,54 @@ const SINGLE_CHUNK_FRAME: usize = 4096 - 256;
 pub(super) const LONG_ABOUT: &str = "\
 Raw AF_XDP frame blaster (--tx) and sink (--rx): the I/O ceiling of the AF_XDP datapath at a
 frame size, with uroce's own AF_XDP socket layer (UMEM, rings, need-wakeup, TX budget,
-multi-buffer; the AF_XDP backend's ring geometry) and XDP program, without the RoCE engine.
+multi-buffer) and XDP program, without the RoCE engine.
 
-  sink:    uroce tool xsk-blast --dev IF --rx [--secs S] [--verify] [--expect N]
+  sink:    uroce tool xsk-blast --dev IF --rx [--secs S] [--credit FILE] [--verify] [--expect N]
   blaster: uroce tool xsk-blast --dev IF --tx --dst-mac M --src-ip A --dst-ip B \\
-               [--frame-size N] [--secs S | --count N]
+               [--frame-size N] [--secs S | --count N] [--credit FILE]
 
 The blaster sends one prebuilt, valid RoCEv2 frame (Ethernet/IPv4/UDP 4791, RC RDMA WRITE
 MIDDLE, correct ICRC, UDP checksum 0) for S seconds, or exactly N times, then drains and
-counts completions. Every TX chunk is written once; each round reclaims all completions,
-queues up to --batch descriptors, publishes them at once and kicks once (sendto; in copy
-mode the kernel transmits up to --budget = XDP_MAX_TX_SKB_BUDGET descriptors per kick).
---frame-size is the Ethernet frame without FCS: payload = (N - 58) rounded down to a
-multiple of 4; the 0..3 bytes left over are Ethernet padding after the IP packet. The
-default 1082 is a full RDMA WRITE MIDDLE frame at path MTU 1024, what `uroce perf write_bw
--m 1024` sends (4154 for MTU 4096, which needs an interface MTU >= 4140 and uses
-multi-buffer AF_XDP, as uroce does on such a link).
+counts completions. Every TX chunk is written once, before the clock starts; each round
+reclaims all completions, queues up to --batch descriptors, publishes them at once and kicks
+once (sendto; in copy mode the kernel transmits up to --budget = XDP_MAX_TX_SKB_BUDGET
+descriptors per kick, synchronously). --frame-size is the Ethernet frame without FCS:
+payload = (N - 58) rounded down to a multiple of 4; the 0..3 bytes left over are Ethernet
+padding after the IP packet. The default 1082 is a full RDMA WRITE MIDDLE frame at path MTU
+1024, what `uroce perf write_bw -m 1024` sends (4154 for MTU 4096, which needs an interface
+MTU >= 4140 and uses multi-buffer AF_XDP, as uroce does on such a link).
 
 The sink attaches the XDP program (UDP/4791 -> AF_XDP), binds one socket per RX queue
-(or --queue) with --rx-frames chunks on its fill and RX rings, prints a ready line, and
+(or --queue) with --rx-frames chunks (fill ring twice that), prints a ready line, and
 busy-polls its rings, sleeping in poll() only after --spin-us without a frame. It stops
 --secs after the first frame, --idle-ms after the last one, once --expect frames arrived,
 or after --wait-secs without any frame.
+
+--credit FILE (both sides, the sink first: it creates the file) is flow control: the sink
+publishes, through the shared file, how many RX descriptors it has put back on its fill
+ring; the blaster never has more in flight than the fill ring holds, so the ring never runs
+dry and nothing is dropped (a transport's send window does the same). Without it the blaster
+sends open loop and a sink that falls behind drops frames (fill_ring_empty).
 
 Output (stdout; one ready line for the sink, then exactly one result line each):
   xsk-blast rx ready dev=IF queues=N xdp_mode=native|generic zero_copy=0|1
   xsk-blast tx frames=N bytes=N payload_bytes=N frame_size=N secs=F pps=F gbps=F
       payload_gbps=F queued=N kicks=N kicks_again=N budget=N batch=N zero_copy=0|1
-      drained=0|1 cpu_user=F cpu_sys=F cpu_util=F
+      drained=0|1 credit=0|1 credit_waits=N rewrites=N cpu_user=F cpu_sys=F cpu_util=F
   xsk-blast rx frames=N bytes=N secs=F pps=F gbps=F queues=N xdp_mode=M zero_copy=0|1
       rx_frames=N rx_dropped=N rx_ring_full=N fill_ring_empty=N rx_invalid_descs=N
       min_len=N max_len=N sleeps=N cpu_user=F cpu_sys=F cpu_util=F
       [roce_ok=N roce_bad=N payload_bytes=N   with --verify]
 (each result is one line; wrapped here). tx: frames = TX completions, secs = start to the
-end of the drain. rx: secs = first to last frame; rx_frames = fill/RX ring depth per
-socket; sleeps = poll() calls after the first frame. bytes/gbps count whole frames without
-FCS; payload_* count RoCE payload only. cpu_*: this process's CPU seconds (getrusage) while
-it measured (tx: the send loop and drain; rx: from the first frame to the end), cpu_util =
-(user + sys) / that wall time. Exit status 0 on success, 1 if nothing was received (rx) or
-the drain timed out (tx), 2 on setup errors.";
+end of the drain, credit_waits = rounds with no credit (the sink behind), rewrites = chunk
+copies after the start (multi-buffer reshuffles, or every frame with --rewrite). rx: secs =
+first to last frame; rx_frames = RX chunks per socket; sleeps = poll() calls after the
+first frame. bytes/gbps count whole frames without FCS; payload_* count RoCE payload only.
+cpu_*: this process's CPU seconds (getrusage) while it measured (tx: the send loop and
+drain; rx: from the first frame to the end), cpu_util = (user + sys) / that wall time; in
+copy mode the sender's sys time includes the receive path's softirq work (veth runs the
+peer's XDP and the copy into the sink's UMEM in the sender's kick). Exit status 0 on
+success, 1 if nothing was received (rx) or the drain timed out (tx), 2 on setup errors.";
 
 /// A MAC address `aa:bb:cc:dd:ee:ff`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
