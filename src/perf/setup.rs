@@ -23,6 +23,9 @@ use uroce_transport::*;
 
 const HUGE_PAGE: usize = 2 << 20;
 
+/// How long a peer may keep us waiting during the out-of-band set-up (TCG guests are slow).
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+
 fn ib_mtu(m: Mtu) -> IbMtu {
     IbMtu::from_enum(m as u8).unwrap_or(IbMtu::Mtu1024)
 }
@@ -104,6 +107,10 @@ pub(super) fn setup(cfg: PerfConfig, mut port: Port, stream: TcpStream, out: Box
     scfg.mtu = ib_mtu(my_mtu);
     scfg.num_qps = cfg.qps;
     scfg.exchange_versions = !cfg.dont_xchg_versions;
+    // A peer that stops answering during the set-up (or speaks another exchange: one side with
+    // --dont_xchg_versions, the other without) must not hang us; the measurement may take as
+    // long as it takes, so the limit is lifted once connected.
+    stream.set_read_timeout(Some(SETUP_TIMEOUT)).context("set the exchange's read timeout")?;
     let mut session = match cfg.host {
         Some(_) => PerftestSession::client(stream, scfg),
         None => PerftestSession::server(stream, scfg),
@@ -188,6 +195,7 @@ pub(super) fn setup(cfg: PerfConfig, mut port: Port, stream: TcpStream, out: Box
         connect_qp(port.device(), c, &cfg, mtu, gid_index, dmac)?;
     }
     session.connected().map_err(|e| anyhow!(e))?;
+    session.stream().set_read_timeout(None).context("clear the exchange's read timeout")?;
     let huge_pages = cfg
         .use_hugepages
         .then(|| format!("{} of {} KiB of the buffers in transparent huge pages", huge.0 / 1024, huge.1.max(1) / 1024));
