@@ -43,7 +43,7 @@ fn demo_refuses_absurd_sizes_before_creating_namespaces() {
     refused(&["demo", "-s", "99999999999"], 2, size);
     refused(&["demo", "-s", "0"], 2, size);
     refused(&["demo", "-s", "2147483648"], 2, size);
-    refused(&["demo", "--test", "write_lat", "--size=-1"], 2, "not a non-negative integer");
+    refused(&["demo", "--test", "write_lat", "--size=-1"], 2, "is not a size");
     refused(&["demo", "-n", "0"], 2, "the number of iterations must be between 5 and 4294967296");
     refused(&["demo", "-n", "99999999999"], 2, "the number of iterations must be between 5");
     refused(&["demo", "--link-mtu", "100"], 2, "the link MTU must be between 1280 and 9000 bytes");

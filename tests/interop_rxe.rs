@@ -7,7 +7,9 @@
 //!   stock server in the guest; stock client in the guest -> uroce server), RoCEv2 over IPv4, path
 //!   MTU 1024, sizes 1, 5000 (odd, multi-MTU) and 65536 (atomics: 8), AF_XDP backend; then
 //!   write/read/send bw over the kernel-UDP backend, then at path MTU 4096 (link MTU 9000 on the
-//!   guest NIC, tap, bridge and our veth).
+//!   guest NIC, tap, bridge and our veth); then the perftest flags that reach the wire or the
+//!   exchange, both directions: `-b` (write/read/send bw), `-I 128` (write/send bw, 100 B),
+//!   `-o 4` (read bw) and `-l 4` (write bw).
 //! * `<flavour>_loss`: write/read/send bw both ways with nftables on the bridge ports dropping
 //!   1 % then 5 % of UDP/4791 and duplicating 1 %, plus uroce's injector reordering 1 % of what
 //!   it receives; both sides' counters are recorded.
@@ -164,11 +166,23 @@ struct Case {
     inject: Option<String>,
     /// uroce's `-u` (local ACK timeout 4.096 us * 2^n).
     qp_timeout: u8,
+    /// perftest flags given to both sides (`-b`, `-I 128`, ...).
+    flags: &'static [&'static str],
 }
 
 impl Case {
     fn new(t: T, dir: Dir, size: u64, iters: u64) -> Case {
-        Case { t, dir, size, iters, mtu: 1024, backend: Backend::Xdp, inject: None, qp_timeout: MATRIX_QP_TIMEOUT }
+        Case {
+            t,
+            dir,
+            size,
+            iters,
+            mtu: 1024,
+            backend: Backend::Xdp,
+            inject: None,
+            qp_timeout: MATRIX_QP_TIMEOUT,
+            flags: &[],
+        }
     }
     fn label(&self) -> String {
         let mut s = format!(
@@ -182,6 +196,9 @@ impl Case {
         );
         if let Some(i) = &self.inject {
             s += &format!(" inject:{i}");
+        }
+        if !self.flags.is_empty() {
+            s += &format!(" {}", self.flags.join(" "));
         }
         s
     }
@@ -372,6 +389,7 @@ impl Bench {
         a.extend(["--no-progress", "--counters", "--seed"].map(String::from));
         a.push((0x1c5eed + self.seq as u64).to_string());
         a.extend(c.t.extra().iter().map(|s| s.to_string()));
+        a.extend(c.flags.iter().map(|s| s.to_string()));
         if let Some(i) = &c.inject {
             a.extend(["--inject".into(), i.clone()]);
         }
@@ -385,7 +403,7 @@ impl Bench {
         if !c.t.atomic() {
             s += &format!(" -s {}", c.size);
         }
-        for e in c.t.extra() {
+        for e in c.t.extra().iter().chain(c.flags) {
             s += &format!(" {e}");
         }
         if c.dir == Dir::GuestClient {
@@ -625,8 +643,9 @@ fn md_row(f: Flavour, r: &Row) -> String {
     let fig = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
     let unit = if c.t.is_bw() { "MB/s" } else { "us" };
     format!(
-        "| {f} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} {unit} | {} {unit} | {} | {} |",
+        "| {f} | {}{} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} {unit} | {} {unit} | {} | {} |",
         c.t.label(),
+        if c.flags.is_empty() { String::new() } else { format!(" {}", c.flags.join(" ")) },
         c.dir.label(),
         if c.t.atomic() { 8 } else { c.size },
         c.iters,
@@ -675,6 +694,24 @@ fn matrix(flavour: Flavour) {
     for t in [T::WriteBw, T::ReadBw, T::SendBw] {
         for dir in [Dir::UroceClient, Dir::GuestClient] {
             b.run(&Case { backend: Backend::Udp, ..Case::new(t, dir, 5000, iters(t, 5000)) }, false);
+        }
+    }
+    // The perftest flags that change what crosses the wire or the exchange: -b (both sides
+    // send; the barrier moves before the traffic, both reports are real), -I (inline sends;
+    // rxe's perftest disables its own inline, "Device not recognized"), -o (advertised
+    // outstanding reads: the requester's max_rd_atomic), -l (post lists).
+    let flagged: [(T, u64, &'static [&'static str]); 7] = [
+        (T::WriteBw, 16384, &["-b"]),
+        (T::ReadBw, 16384, &["-b"]),
+        (T::SendBw, 16384, &["-b"]),
+        (T::WriteBw, 100, &["-I", "128"]),
+        (T::SendBw, 100, &["-I", "128"]),
+        (T::ReadBw, 16384, &["-o", "4"]),
+        (T::WriteBw, 5000, &["-l", "4"]),
+    ];
+    for (t, size, flags) in flagged {
+        for dir in [Dir::UroceClient, Dir::GuestClient] {
+            b.run(&Case { flags, ..Case::new(t, dir, size, iters(t, size)) }, false);
         }
     }
     let mtu4096: Vec<Case> = [T::WriteBw, T::ReadBw, T::SendBw]

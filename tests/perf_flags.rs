@@ -294,7 +294,9 @@ fn histogram_and_unsorted_samples() {
     u.sort_by(|a, b| a.total_cmp(b));
     assert_eq!(&u[..17], &lists[1][..], "the same samples");
     let r = &rows(&c.out)[0];
-    assert_eq!((r[2], r[3]), ((u[0] * 100.0).round() / 100.0, (u[17] * 100.0).round() / 100.0), "t_min, t_max");
+    // t_min is the smallest sample, t_max the largest kept + 1 (the second largest); the
+    // samples print with %g's six digits and the table with two decimals: within 0.01.
+    assert!((r[2] - u[0]).abs() <= 0.011 && (r[3] - u[17]).abs() <= 0.011, "t_min, t_max {r:?} vs {u:?}");
     let (code, err) = refused(&["write_bw", "-H"]);
     assert!(code == Some(2) && err.contains("latency tests"), "{err}");
 }
@@ -360,15 +362,15 @@ fn without_version_exchange() {
 #[test]
 fn limits_are_checked_before_anything_is_allocated() {
     for (args, msg) in [
-        (&["write_bw", "-s", "99999999999"][..], "message size should be between 1 and 2147483647"),
-        (&["write_bw", "-s", "0"][..], "message size should be between 1 and 2147483647"),
+        (&["write_bw", "-s", "99999999999"][..], "the message size must be between 1 and 2147483647 bytes"),
+        (&["write_bw", "-s", "0"][..], "the message size must be between 1 and 2147483647 bytes"),
         (&["write_bw", "-s", "3G"][..], "is not a size"),
         (&["write_bw", "-q", "20000"][..], "20000"),
         (&["write_bw", "-t", "0"][..], "0"),
         (&["send_bw", "-r", "99999"][..], "99999"),
         (&["write_bw", "-n", "2"][..], "2"),
         (&["write_bw", "-Q", "5000"][..], "5000"),
-        (&["write_bw", "-q", "16384", "-s", "2147483647"][..], "the buffers would take"),
+        (&["write_bw", "-q", "16384", "-s", "2147483647"][..], "more than the"),
         (&["write_lat", "-q", "2"][..], "latency tests use one QP"),
     ] {
         let t0 = Instant::now();

@@ -21,7 +21,7 @@ pub struct DemoArgs {
     #[arg(long, value_enum, default_value = "write_bw")]
     test: Test,
     /// Message size in bytes (1 .. 2^31-1, perftest's range).
-    #[arg(short = 's', long, default_value_t = 65536, value_parser = limits::PERFTEST_SIZE.parser())]
+    #[arg(short = 's', long, default_value_t = 65536, value_parser = limits::PERFTEST_SIZE.size_parser())]
     size: u64,
     /// Iterations (5 .. 2^32, perftest's range).
     #[arg(short = 'n', long, default_value_t = 20000, value_parser = limits::PERFTEST_ITERS.parser())]
@@ -74,7 +74,8 @@ fn check(a: &DemoArgs) -> Result<()> {
         .map_err(|e| anyhow!("{e}: use a smaller -s{}", if a.test.is_bw() { "" } else { " or -n" }))
 }
 
-fn base(a: &DemoArgs, host: Option<String>) -> PerfConfig {
+/// One side's run, with perftest's derived values (`PerfConfig::resolve`).
+fn base(a: &DemoArgs, host: Option<String>) -> Result<PerfConfig> {
     let mut c = PerfConfig::new(a.test);
     if a.test != Test::AtomicBw {
         c.size = a.size as usize;
@@ -83,7 +84,8 @@ fn base(a: &DemoArgs, host: Option<String>) -> PerfConfig {
     c.all_sizes = a.all;
     c.host = host;
     c.connect_timeout = Duration::from_secs(20);
-    c
+    c.resolve()?;
+    Ok(c)
 }
 
 /// `uroce demo`.
@@ -122,11 +124,11 @@ fn over_veth(a: &DemoArgs) -> Result<ExitCode> {
         Some(DebugFail::Abort) => std::process::abort(),
         _ => {}
     }
-    let mut srv = base(a, None);
+    let mut srv = base(a, None)?;
     srv.ifname = Some(net.a.ifname.clone());
     srv.backend = BackendKind::Xdp(Default::default());
     srv.progress = false;
-    let mut cli = base(a, Some(net.a.ip4.to_string()));
+    let mut cli = base(a, Some(net.a.ip4.to_string()))?;
     cli.ifname = Some(net.b.ifname.clone());
     cli.backend = BackendKind::Xdp(Default::default());
     cli.pcap = a.pcap.clone();
@@ -163,11 +165,11 @@ fn over_veth(a: &DemoArgs) -> Result<ExitCode> {
 
 fn over_loopback(a: &DemoArgs) -> Result<ExitCode> {
     let (ip_s, ip_c) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
-    let mut srv = base(a, None);
+    let mut srv = base(a, None)?;
     srv.local_ip = Some(IpAddr::V4(ip_s));
     srv.backend = BackendKind::Udp { port: 4791, gso: true, gro: true };
     srv.progress = false;
-    let mut cli = base(a, Some(ip_s.to_string()));
+    let mut cli = base(a, Some(ip_s.to_string()))?;
     cli.local_ip = Some(IpAddr::V4(ip_c));
     cli.backend = BackendKind::Udp { port: 4791, gso: true, gro: true };
     cli.pcap = a.pcap.clone();

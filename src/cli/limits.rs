@@ -39,6 +39,29 @@ impl Limit {
         }
     }
 
+    /// A clap value parser for a size as perftest's `-s` reads it: a number (decimal, `0x` hex
+    /// or leading-`0` octal, as `strtol(.., 0)`) with an optional `K` or `M` suffix (x 1024,
+    /// x 1024^2), within the limit.
+    pub fn size_parser(&'static self) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+        move |s: &str| {
+            let t = s.trim();
+            let (digits, factor) = match (t.strip_suffix('K'), t.strip_suffix('M')) {
+                (Some(d), _) => (d, 1024u64),
+                (_, Some(d)) => (d, 1024 * 1024),
+                _ => (t, 1),
+            };
+            let n = if let Some(h) = digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+                u64::from_str_radix(h, 16)
+            } else if digits.len() > 1 && digits.starts_with('0') {
+                u64::from_str_radix(&digits[1..], 8)
+            } else {
+                digits.parse::<u64>()
+            }
+            .map_err(|_| format!("`{s}` is not a size (a number, optionally with K or M)"))?;
+            self.check(n.saturating_mul(factor))
+        }
+    }
+
     /// A clap value parser: a decimal number within the limit.
     pub fn parser(&'static self) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
         move |s: &str| {
@@ -55,6 +78,46 @@ pub const PERFTEST_SIZE: Limit =
 /// perftest's `-n` as `uroce perf` takes it (at least 5, as perftest's latency tests need).
 pub const PERFTEST_ITERS: Limit =
     Limit { what: "the number of iterations", min: 5, max: 1 << 32, unit: "", why: "perftest's -n range" };
+
+/// perftest's `-q` (`MAX_QP_NUM`).
+pub const PERFTEST_QPS: Limit =
+    Limit { what: "the number of QPs", min: 1, max: 16384, unit: "", why: "perftest's -q range" };
+
+/// perftest's `-t` (`MIN_TX`..`MAX_TX`).
+pub const PERFTEST_TX_DEPTH: Limit =
+    Limit { what: "the TX depth", min: 1, max: 15000, unit: "", why: "perftest's -t range" };
+
+/// perftest's `-r` (`MIN_RX`..`MAX_RX`).
+pub const PERFTEST_RX_DEPTH: Limit =
+    Limit { what: "the RX depth", min: 1, max: 16384, unit: "", why: "perftest's -r range" };
+
+/// perftest's `-Q` (`MIN_CQ_MOD`..`MAX_CQ_MOD`).
+pub const PERFTEST_CQ_MOD: Limit =
+    Limit { what: "the CQ moderation", min: 1, max: 1024, unit: "", why: "perftest's -Q range" };
+
+/// perftest 25.01's `-I` (`MAX_INLINE`; 912 in 4.5).
+pub const PERFTEST_INLINE: Limit =
+    Limit { what: "the inline size", min: 0, max: 1024, unit: " bytes", why: "perftest's -I range" };
+
+/// perftest's `-o`: outstanding READs/atomics, at most what `max_rd_atomic` can hold.
+pub const PERFTEST_OUTS: Limit =
+    Limit { what: "the outstanding reads", min: 1, max: 255, unit: "", why: "an 8-bit max_rd_atomic" };
+
+/// perftest's `-l`: a post list no longer than the TX depth's maximum.
+pub const PERFTEST_POST_LIST: Limit =
+    Limit { what: "the post list size", min: 1, max: 15000, unit: "", why: "perftest's -t range" };
+
+/// perftest's `-D`.
+pub const PERFTEST_DURATION: Limit =
+    Limit { what: "the duration", min: 1, max: 86_400, unit: " seconds", why: "at most a day" };
+
+/// perftest's `-x` (`MAX_GID_IX`).
+pub const PERFTEST_GID_INDEX: Limit =
+    Limit { what: "the GID index", min: 0, max: 64, unit: "", why: "perftest's -x range" };
+
+/// perftest's `-u`: the local ACK timeout exponent, 5 bits in the QP attribute.
+pub const PERFTEST_QP_TIMEOUT: Limit =
+    Limit { what: "the QP timeout", min: 0, max: 31, unit: "", why: "a 5-bit exponent" };
 
 /// The veth pair's link MTU in `uroce demo`: IPv6 (the GID table's link-local and ULA addresses)
 /// needs 1280; 9000 already gives the largest RoCE path MTU, 4096.
@@ -173,6 +236,12 @@ mod tests {
         assert!(p("0").unwrap_err().contains("between 1 and 2147483647"));
         assert!(p("-1").unwrap_err().contains("not a non-negative integer"));
         assert!(p("99999999999999999999999").unwrap_err().contains("not a non-negative integer"));
+        let s = PERFTEST_SIZE.size_parser();
+        assert_eq!((s("64K"), s("2M"), s("0x10"), s("010"), s("7")), (Ok(65536), Ok(2 << 20), Ok(16), Ok(8), Ok(7)));
+        assert!(s("3G").unwrap_err().contains("is not a size"));
+        assert!(s("4096M").unwrap_err().contains("between 1 and 2147483647"));
+        assert!(s("0").unwrap_err().contains("between 1 and 2147483647"));
+        assert!(s("99999999999999M").unwrap_err().contains("between 1 and 2147483647"), "no overflow");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `uroce perf <test> [host]`: perftest's flags mapped onto [`crate::perf::PerfConfig`].
 
+use super::limits;
 use crate::perf::{self, AtomicType, PerfConfig, Test};
 use crate::runtime::BackendKind;
 use anyhow::{bail, Result};
@@ -81,14 +82,14 @@ pub struct PerfArgs {
     #[arg(short = 'd', long = "ib-dev")]
     dev: Option<String>,
     /// Message size in bytes, 1 .. 2^31-1; a K or M suffix multiplies by 1024 or 1024^2.
-    #[arg(short = 's', long, value_parser = parse_size)]
-    size: Option<usize>,
+    #[arg(short = 's', long, value_parser = limits::PERFTEST_SIZE.size_parser())]
+    size: Option<u64>,
     /// Iterations (5 .. 2^32).
-    #[arg(short = 'n', long, value_parser = clap::value_parser!(u64).range(5..=1 << 32))]
+    #[arg(short = 'n', long, value_parser = limits::PERFTEST_ITERS.parser())]
     iters: Option<u64>,
     /// Number of QPs (1 .. 16384).
-    #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16384))]
-    qps: u32,
+    #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = limits::PERFTEST_QPS.parser())]
+    qps: u64,
     /// Path MTU: 256, 512, 1024, 2048 or 4096 (capped by the link's MTU and the peer's).
     #[arg(short = 'm', long)]
     mtu: Option<u32>,
@@ -105,23 +106,23 @@ pub struct PerfArgs {
     #[arg(short = 'p', long, default_value_t = uroce_rxe_compat::perftest::DEFAULT_PORT)]
     port: u16,
     /// GID index (default: the interface's IPv4 address).
-    #[arg(short = 'x', long = "gid-index", value_parser = clap::value_parser!(u8).range(0..=64))]
-    gid_index: Option<u8>,
+    #[arg(short = 'x', long = "gid-index", value_parser = limits::PERFTEST_GID_INDEX.parser())]
+    gid_index: Option<u64>,
     /// Run for this many seconds instead of a number of iterations.
-    #[arg(short = 'D', long, value_parser = clap::value_parser!(u64).range(1..=1 << 31))]
+    #[arg(short = 'D', long, value_parser = limits::PERFTEST_DURATION.parser())]
     duration: Option<u64>,
     /// Send queue depth (1 .. 15000).
-    #[arg(short = 't', long = "tx-depth", value_parser = clap::value_parser!(u32).range(1..=15000))]
-    tx_depth: Option<u32>,
+    #[arg(short = 't', long = "tx-depth", value_parser = limits::PERFTEST_TX_DEPTH.parser())]
+    tx_depth: Option<u64>,
     /// QP timeout: the local ACK timeout is 4.096 us * 2^N (perftest's `-u`, 0 .. 31).
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
-    qp_timeout: u8,
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = limits::PERFTEST_QP_TIMEOUT.parser())]
+    qp_timeout: u64,
     /// Generate a completion every N sends (1 .. 1024).
-    #[arg(short = 'Q', long = "cq-mod", value_parser = clap::value_parser!(u32).range(1..=1024))]
-    cq_mod: Option<u32>,
+    #[arg(short = 'Q', long = "cq-mod", value_parser = limits::PERFTEST_CQ_MOD.parser())]
+    cq_mod: Option<u64>,
     /// Receive queue depth (1 .. 16384).
-    #[arg(short = 'r', long = "rx-depth", value_parser = clap::value_parser!(u32).range(1..=16384))]
-    rx_depth: Option<u32>,
+    #[arg(short = 'r', long = "rx-depth", value_parser = limits::PERFTEST_RX_DEPTH.parser())]
+    rx_depth: Option<u64>,
     /// IP traffic class (TOS).
     #[arg(short = 'T', long = "tos", default_value_t = 0)]
     tos: u8,
@@ -133,16 +134,16 @@ pub struct PerfArgs {
     bidirectional: bool,
     /// Send messages up to this size inline (IBV_SEND_INLINE), 0 .. 1024; perftest's default:
     /// 220 for write_lat, 236 for send_lat, 0 otherwise.
-    #[arg(short = 'I', long = "inline_size", value_parser = clap::value_parser!(u32).range(0..=1024))]
-    inline_size: Option<u32>,
+    #[arg(short = 'I', long = "inline_size", value_parser = limits::PERFTEST_INLINE.parser())]
+    inline_size: Option<u64>,
     /// Outstanding READs/atomics this side accepts as responder, advertised to the peer (the
     /// peer's `max_rd_atomic`); default: the device's maximum.
-    #[arg(short = 'o', long = "outs", value_parser = clap::value_parser!(u16).range(1..=255))]
-    outs: Option<u16>,
+    #[arg(short = 'o', long = "outs", value_parser = limits::PERFTEST_OUTS.parser())]
+    outs: Option<u64>,
     /// Post lists of this many send WRs at a time (bw tests; the CQ moderation becomes the
     /// list size unless -Q is given).
-    #[arg(short = 'l', long = "post_list", value_parser = clap::value_parser!(u32).range(1..=15000))]
-    post_list: Option<u32>,
+    #[arg(short = 'l', long = "post_list", value_parser = limits::PERFTEST_POST_LIST.parser())]
+    post_list: Option<u64>,
     /// Sleep until a completion arrives instead of busy polling (perftest: completion events).
     #[arg(short = 'e', long = "events")]
     events: bool,
@@ -200,31 +201,6 @@ pub struct PerfArgs {
     counters: bool,
 }
 
-/// perftest's `-s`: a number (decimal, 0x hex or 0 octal, as `strtol(.., 0)`) with an optional
-/// K or M suffix, between 1 and `UINT_MAX / 2`.
-fn parse_size(v: &str) -> Result<usize, String> {
-    let (digits, factor) = match v.strip_suffix('K') {
-        Some(d) => (d, 1024u64),
-        None => match v.strip_suffix('M') {
-            Some(d) => (d, 1024 * 1024),
-            None => (v, 1),
-        },
-    };
-    let n = if let Some(h) = digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
-        u64::from_str_radix(h, 16)
-    } else if digits.len() > 1 && digits.starts_with('0') {
-        u64::from_str_radix(&digits[1..], 8)
-    } else {
-        digits.parse::<u64>()
-    }
-    .map_err(|_| format!("`{v}` is not a size (a number, optionally with K or M)"))?;
-    const MAX: u64 = (u32::MAX / 2) as u64;
-    match n.checked_mul(factor) {
-        Some(s) if (1..=MAX).contains(&s) => Ok(s as usize),
-        _ => Err(format!("message size should be between 1 and {MAX}")),
-    }
-}
-
 fn mtu_of(v: u32) -> Result<Mtu> {
     Ok(match v {
         256 => Mtu::Mtu256,
@@ -246,12 +222,12 @@ pub fn config(a: &PerfArgs) -> Result<PerfConfig> {
     c.host = a.host.clone();
     c.ifname = a.dev.clone();
     c.local_ip = a.local_ip;
-    c.gid_index = a.gid_index;
+    c.gid_index = a.gid_index.map(|x| x as u8);
     if let Some(s) = a.size {
         if a.test == Test::AtomicBw && s != 8 {
             bail!("atomic_bw messages are 8 bytes");
         }
-        c.size = s;
+        c.size = s as usize;
     }
     if let Some(n) = a.iters {
         c.iters = n;
@@ -266,16 +242,16 @@ pub fn config(a: &PerfArgs) -> Result<PerfConfig> {
     c.port = a.port;
     c.duration = a.duration.map(Duration::from_secs);
     if let Some(t) = a.tx_depth {
-        c.tx_depth = t;
+        c.tx_depth = t as u32;
     } else if !bw {
         c.tx_depth = 1;
     }
     if let Some(q) = a.cq_mod {
-        c.cq_mod = q;
+        c.cq_mod = q as u32;
         c.cq_mod_given = true;
     }
     if let Some(r) = a.rx_depth {
-        c.rx_depth = r;
+        c.rx_depth = r as u32;
     }
     c.tclass = a.tos;
     c.atomic = a.atomic;
@@ -285,11 +261,11 @@ pub fn config(a: &PerfArgs) -> Result<PerfConfig> {
     c.seed = a.seed;
     c.progress &= !a.no_progress;
     c.counters = a.counters;
-    c.qp_timeout = a.qp_timeout;
+    c.qp_timeout = a.qp_timeout as u8;
     c.bidirectional = a.bidirectional;
-    c.inline_size = a.inline_size;
-    c.out_reads = a.outs;
-    c.post_list = a.post_list;
+    c.inline_size = a.inline_size.map(|v| v as u32);
+    c.out_reads = a.outs.map(|v| v as u16);
+    c.post_list = a.post_list.map(|v| v as u32);
     c.events = a.events;
     c.no_peak = a.no_peak;
     c.histogram = a.histogram || a.unsorted;

@@ -331,17 +331,9 @@ impl PerfConfig {
                 bail!("Post list size must be a multiple of CQ moderation (-l {l} -Q {})", self.cq_mod);
             }
         }
-        let bytes = self.buffer_bytes();
-        let avail = mem_available();
-        if let Some(avail) = avail.filter(|&a| bytes > a / 2) {
-            bail!(
-                "the buffers would take {} ({} QP(s) x 2 x {} B); this machine has {} available: use a smaller -s or -q",
-                human_bytes(bytes),
-                self.qps,
-                self.max_size().max(4096),
-                human_bytes(avail)
-            );
-        }
+        let what = format!("the buffers ({} QP(s) x 2 x {} B)", self.qps, self.max_size().max(4096));
+        crate::cli::limits::fits_in_memory(&what, self.buffer_bytes())
+            .map_err(|e| anyhow!("{e}: use a smaller -s or -q"))?;
         Ok(())
     }
 
@@ -358,21 +350,6 @@ impl PerfConfig {
     /// message (at least perftest's 4 KiB cycle buffer).
     pub fn buffer_bytes(&self) -> u64 {
         self.qps as u64 * 2 * self.max_size().max(4096) as u64
-    }
-}
-
-/// `MemAvailable` from /proc/meminfo, in bytes.
-fn mem_available() -> Option<u64> {
-    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
-}
-
-fn human_bytes(b: u64) -> String {
-    match b {
-        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-        b => format!("{b} B"),
     }
 }
 
