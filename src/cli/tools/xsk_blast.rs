@@ -95,13 +95,15 @@ Output (stdout; one ready line for the sink, then exactly one result line each):
   xsk-blast rx ready dev=IF queues=N xdp_mode=native|generic zero_copy=0|1
   xsk-blast tx frames=N bytes=N payload_bytes=N frame_size=N secs=F pps=F gbps=F
       payload_gbps=F queued=N kicks=N kicks_again=N budget=N batch=N zero_copy=0|1
-      drained=0|1 credit=0|1 credit_waits=N rewrites=N cpu_user=F cpu_sys=F cpu_util=F
+      drained=0|1 credit=0|1 credit_waits=N credit_lost=N rewrites=N cpu_user=F cpu_sys=F
+      cpu_util=F
   xsk-blast rx frames=N bytes=N secs=F pps=F gbps=F queues=N xdp_mode=M zero_copy=0|1
       rx_frames=N rx_dropped=N rx_ring_full=N fill_ring_empty=N rx_invalid_descs=N
       min_len=N max_len=N sleeps=N cpu_user=F cpu_sys=F cpu_util=F
       [roce_ok=N roce_bad=N payload_bytes=N   with --verify]
 (each result is one line; wrapped here). tx: frames = TX completions, secs = start to the
-end of the drain, credit_waits = rounds with no credit (the sink behind), rewrites = chunk
+end of the drain, credit_waits = rounds with no credit (the sink behind), credit_lost =
+frames written off after the sink, idle, gave no credit back for 5 ms, rewrites = chunk
 copies after the start (multi-buffer reshuffles, or every frame with --rewrite). rx: secs =
 first to last frame; rx_frames = RX chunks per socket; sleeps = poll() calls after the
 first frame. bytes/gbps count whole frames without FCS; payload_* count RoCE payload only.
@@ -362,7 +364,11 @@ pub fn build_frame(src: Mac, dst: Mac, src_ip: Ipv4Addr, dst_ip: Ipv4Addr, size:
 /// control works the same way (uroce's RC requester keeps at most 128 PSNs unacknowledged);
 /// here the credits cost neither frames nor syscalls, so the ceiling holds no protocol cost,
 /// and a sink that stalls (preempted by another process on its CPU) stalls the blaster
-/// instead of making it spend its CPU on frames the kernel then drops.
+/// instead of making it spend its CPU on frames the kernel then drops. A frame lost where no
+/// counter sees it (before the sink's socket: the veth ring, an allocation failure) would
+/// keep its credit forever; when the blaster has waited [`CREDIT_LOST_AFTER`] with no credit
+/// back while the sink kept finding its rings empty, it writes what is in flight off as lost
+/// (`credit_lost`).
 struct Credit {
     map: MmapRaw,
 }
@@ -373,15 +379,29 @@ const CREDIT_RECYCLED: usize = 1;
 const CREDIT_CAPACITY: usize = 2;
 const CREDIT_CHUNK: usize = 3;
 const CREDIT_DROPPED: usize = 4;
-const CREDIT_WORDS: usize = 8;
-const CREDIT_MAGIC_VALUE: u64 = u64::from_le_bytes(*b"xskcred1");
+/// Rounds in which the sink found its RX rings empty (its own cache line: it changes while
+/// the sink spins, and the blaster reads it only when it waits for credit).
+const CREDIT_EMPTY_POLLS: usize = 8;
+const CREDIT_WORDS: usize = 16;
+const CREDIT_MAGIC_VALUE: u64 = u64::from_le_bytes(*b"xskcred2");
+/// How long the blaster waits, with everything kicked and the sink idle, before it writes the
+/// frames in flight off as lost.
+const CREDIT_LOST_AFTER: Duration = Duration::from_millis(5);
 
 impl Credit {
     fn map(path: &Path, create: bool) -> Result<Credit> {
         let mut o = std::fs::OpenOptions::new();
         o.read(true).write(true);
         if create {
-            o.create(true).truncate(true);
+            // A new file, never a truncated old one: a process still mapping the old one
+            // would fault on its vanished pages (SIGBUS) or read counts of another run.
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(e).with_context(|| format!("remove the old credit file {}", path.display()))
+                }
+                _ => {}
+            }
+            o.create_new(true);
         }
         let f = o.open(path).with_context(|| format!("credit file {}", path.display()))?;
         let len = (CREDIT_WORDS * 8) as u64;
@@ -578,15 +598,50 @@ fn tx(a: &XskBlastArgs) -> Result<ExitCode> {
     let start = Instant::now();
     let end = a.count.is_none().then(|| start + Duration::from_secs_f64(a.secs));
     let (mut queued, mut credit_waits) = (0u64, 0u64);
+    // Descriptors written off as lost, and the wait that may write more off: (since, credit
+    // back then, the sink's empty polls then).
+    let (mut lost, mut lost_frames, mut waiting) = (0u64, 0u64, None::<(Instant, u64, u64)>);
     while queued < limit && end.is_none_or(|e| Instant::now() < e) {
         sock.reclaim();
         // Frames the sink's fill ring has room for: its capacity minus the descriptors in
-        // flight (sent, neither handed back nor dropped).
+        // flight (sent, neither handed back, dropped nor written off).
         let room = credit.as_ref().map_or(u64::MAX, |c| {
+            // Order matters for the loss check below: the time first, then the sink's empty
+            // polls, then its credit (the sink stores them the other way round), so a credit
+            // read here is at least as new as the empty poll read before it.
+            let now = Instant::now();
+            let polls = c.word(CREDIT_EMPTY_POLLS).load(Ordering::Acquire);
             let back = c.word(CREDIT_RECYCLED).load(Ordering::Acquire)
-                + c.word(CREDIT_DROPPED).load(Ordering::Acquire) * rx_segs;
+                + c.word(CREDIT_DROPPED).load(Ordering::Acquire) * rx_segs
+                + lost;
             let cap = c.word(CREDIT_CAPACITY).load(Ordering::Relaxed);
-            (back + cap).saturating_sub(queued * rx_segs) / rx_segs
+            let in_flight = (queued * rx_segs).saturating_sub(back);
+            if cap.saturating_sub(in_flight) >= rx_segs || sock.tx_pending() > 0 {
+                waiting = None;
+            } else {
+                match waiting {
+                    // Everything is kicked, and since the wait began the sink has found its
+                    // rings empty (twice) without giving credit back: what is in flight is lost.
+                    Some((t, b0, p0)) if b0 == back => {
+                        if now.duration_since(t) >= CREDIT_LOST_AFTER && polls >= p0 + 2 {
+                            lost += in_flight;
+                            lost_frames += in_flight.div_ceil(rx_segs);
+                            waiting = None;
+                            tracing::debug!(
+                                frames = in_flight.div_ceil(rx_segs),
+                                back,
+                                queued,
+                                polls = polls - p0,
+                                waited_us = now.duration_since(t).as_micros() as u64,
+                                "credit: frames in flight lost"
+                            );
+                            return cap / rx_segs;
+                        }
+                    }
+                    _ => waiting = Some((now, back, polls)),
+                }
+            }
+            cap.saturating_sub(in_flight) / rx_segs
         });
         let want = (a.batch as u64).min(limit - queued).min(room);
         let mut n = 0;
@@ -612,7 +667,7 @@ fn tx(a: &XskBlastArgs) -> Result<ExitCode> {
     println!(
         "xsk-blast tx frames={frames} bytes={bytes} payload_bytes={payload} frame_size={len} secs={secs:.6} \
          pps={:.0} gbps={:.4} payload_gbps={:.4} queued={} kicks={} kicks_again={} budget={} batch={} zero_copy={} \
-         drained={} credit={} credit_waits={credit_waits} rewrites={} {cpu}",
+         drained={} credit={} credit_waits={credit_waits} credit_lost={lost_frames} rewrites={} {cpu}",
         rate(frames, secs),
         rate(bytes * 8, secs) / 1e9,
         rate(payload * 8, secs) / 1e9,
@@ -700,6 +755,7 @@ fn rx(a: &XskBlastArgs) -> Result<ExitCode> {
     let mut last = Instant::now();
     let mut sleeps = 0u64;
     let mut last_stats = Instant::now();
+    let (mut published, mut empty_polls) = (0u64, 0u64);
     loop {
         let mut got = 0u64;
         for s in socks.iter_mut() {
@@ -732,14 +788,23 @@ fn rx(a: &XskBlastArgs) -> Result<ExitCode> {
         let now = Instant::now();
         if let Some(c) = &credit {
             // Descriptors taken so far whose chunks are back on a fill ring (the batches
-            // dropped; a chunk the ring had no room for yet does not count).
+            // dropped; a chunk the ring had no room for yet does not count). Stored only when
+            // it changes: a store takes the cache line from the blaster's CPU.
             let back: u64 = socks.iter().map(|s| s.counters().rx_descs - s.fill_pending() as u64).sum();
-            c.word(CREDIT_RECYCLED).store(back, Ordering::Release);
-            if got == 0 && now.duration_since(last_stats) >= Duration::from_micros(200) {
-                // Frames the kernel dropped took no fill-ring entry: hand their credit back.
-                last_stats = now;
-                let dropped: u64 = socks.iter().filter_map(|s| s.statistics().ok()).map(|x| x.rx_dropped).sum();
-                c.word(CREDIT_DROPPED).store(dropped, Ordering::Release);
+            if back != published {
+                c.word(CREDIT_RECYCLED).store(back, Ordering::Release);
+                published = back;
+            }
+            if got == 0 {
+                empty_polls += 1;
+                // After the credit (the blaster reads them the other way round).
+                c.word(CREDIT_EMPTY_POLLS).store(empty_polls, Ordering::Release);
+                if now.duration_since(last_stats) >= Duration::from_micros(200) {
+                    // Frames the kernel dropped took no fill-ring entry: hand their credit back.
+                    last_stats = now;
+                    let dropped: u64 = socks.iter().filter_map(|s| s.statistics().ok()).map(|x| x.rx_dropped).sum();
+                    c.word(CREDIT_DROPPED).store(dropped, Ordering::Release);
+                }
             }
         }
         if got > 0 {
