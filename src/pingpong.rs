@@ -477,7 +477,7 @@ pub fn run(cfg: &PingpongConfig, out: &mut dyn Write) -> Result<Summary> {
         ifname: cfg.ifname.clone(),
         local_ip,
         backend: cfg.backend.clone(),
-        seed: crate::random::key_seed(cfg.seed)?,
+        seed: cfg.seed,
         pcap: cfg.pcap.clone(),
         inject: cfg.inject.clone(),
         tweak: match cfg.retry_forever {

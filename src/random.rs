@@ -4,8 +4,9 @@
 //! A run given `--seed S` is reproducible: everything derives from `S`. A run without one takes
 //! its seed from the operating system (`getrandom(2)`), never from the clock or the pid — a seed
 //! of `time ^ pid` was recovered from one observed QPN in about a second. The engine itself is
-//! sans-IO and only ever sees the resulting `DeviceConfig::seed`; every CLI, runtime and ABI entry
-//! point asks [`key_seed`] for it.
+//! sans-IO and only ever sees the resulting `DeviceConfig::seed`; the runtime's `Port::open` asks
+//! [`key_seed`] for it, with the user's `--seed` or `None`, so every CLI, runtime and ABI entry point
+//! gets the same rule.
 
 use anyhow::{Context, Result};
 

@@ -64,7 +64,7 @@ fn open(end: &End, peer: &End, be: Be, inject: Option<FaultConfig>, name: &'stat
             ifname: Some(ifname.clone()),
             local_ip: ip,
             backend,
-            seed: 0x5eed ^ ip_seed(ip),
+            seed: Some(0x5eed ^ ip_seed(ip)),
             pcap: None,
             inject,
             tweak: None,

@@ -40,10 +40,10 @@ fn open(end: &End, peer: &End) -> Side {
             ifname: Some(ifname.clone()),
             local_ip: ip,
             backend: BackendKind::Xdp(Default::default()),
-            seed: match ip {
+            seed: Some(match ip {
                 IpAddr::V4(v) => u32::from(v) as u64,
                 IpAddr::V6(_) => 6,
-            },
+            }),
             pcap: None,
             inject: None,
             tweak: None,

@@ -416,7 +416,7 @@ pub fn run(cfg: PerfConfig, out: Box<dyn std::io::Write>) -> Result<Option<BwRes
         ifname: cfg.ifname.clone(),
         local_ip,
         backend: cfg.backend.clone(),
-        seed: crate::random::key_seed(cfg.seed)?,
+        seed: cfg.seed,
         pcap: cfg.pcap.clone(),
         inject: cfg.inject.clone(),
         tweak: None,

@@ -37,11 +37,11 @@ pub struct PortConfig {
     /// The backend.
     pub backend: BackendKind,
     /// Seed of the engine's random choices (QPNs, initial PSNs, rkeys/lkeys, the IPv4
-    /// identification start): everything a peer must not predict derives from it. There is
-    /// no default on purpose: a caller without a user-given seed takes one from
-    /// [`crate::random::key_seed`]`(None)` (the operating system), never from the clock or
-    /// the pid; a fixed value is for tests and `--seed` runs only.
-    pub seed: u64,
+    /// identification start): everything a peer must not predict derives from it. `None` (what
+    /// every run without `--seed` passes) draws it from the operating system when the port
+    /// opens ([`crate::random::key_seed`]), never from the clock or the pid; a fixed value is
+    /// for tests and `--seed` runs only.
+    pub seed: Option<u64>,
     /// Capture every frame sent and received to this pcap file.
     pub pcap: Option<PathBuf>,
     /// Fault injection on received frames.
@@ -148,7 +148,7 @@ impl Port {
             dc.gids.insert(0, Gid::link_local(mac));
         }
         dc.active_mtu = Mtu::for_link_mtu(link_mtu);
-        dc.seed = cfg.seed;
+        dc.seed = crate::random::key_seed(cfg.seed)?;
         dc.udp_sport = backend.fixed_udp_src_port();
         if dc.udp_sport.is_some() {
             // A kernel UDP socket (DF set) sends IPv4 identification 0, and the ICRC covers it.
