@@ -104,3 +104,13 @@ fn pingpong_refuses_absurd_sizes_without_touching_the_network() {
         refused(&a, 1, msg);
     }
 }
+
+#[test]
+fn tcp_pingpong_refuses_absurd_sizes() {
+    let c = ["tool", "tcp-pingpong", "--client", "127.0.0.1:9"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> { c.iter().chain(extra).copied().collect() };
+    refused(&with(&["--size", "99999999999"]), 2, "the message size must be between 1 and 16777216 bytes");
+    refused(&with(&["--size", "0"]), 2, "the message size must be between 1 and 16777216 bytes");
+    refused(&with(&["--iters", "99999999999"]), 2, "the number of round trips must be between 1 and 100000000");
+    refused(&with(&["--connect-secs", "inf"]), 2, "is not a finite number of seconds");
+}

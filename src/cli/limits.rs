@@ -119,6 +119,18 @@ pub const PERFTEST_GID_INDEX: Limit =
 pub const PERFTEST_QP_TIMEOUT: Limit =
     Limit { what: "the QP timeout", min: 0, max: 31, unit: "", why: "a 5-bit exponent" };
 
+/// `uroce tool tcp-pingpong --size`: a latency baseline's message, sent and echoed whole.
+pub const TCP_PINGPONG_SIZE: Limit =
+    Limit { what: "the message size", min: 1, max: 16 << 20, unit: " bytes", why: "a ping-pong message up to 16 MiB" };
+
+/// `uroce tool tcp-pingpong --iters`: every round trip's time is kept (8 bytes each).
+pub const TCP_PINGPONG_ITERS: Limit =
+    Limit { what: "the number of round trips", min: 1, max: 100_000_000, unit: "", why: "800 MB of samples at most" };
+
+/// `uroce tool tcp-pingpong --warmup`.
+pub const TCP_PINGPONG_WARMUP: Limit =
+    Limit { what: "the number of warm-up round trips", min: 0, max: 100_000_000, unit: "", why: "as --iters" };
+
 /// The veth pair's link MTU in `uroce demo`: IPv6 (the GID table's link-local and ULA addresses)
 /// needs 1280; 9000 already gives the largest RoCE path MTU, 4096.
 pub const DEMO_LINK_MTU: Limit = Limit {

@@ -6,6 +6,7 @@
 //! round trip, summarised as min / typical (median) / avg / p99 / p99.9 / max / stdev.
 //! `--busy-poll` makes both sides spin on non-blocking sockets instead of sleeping.
 
+use crate::cli::limits;
 use anyhow::{bail, Context, Result};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -49,16 +50,16 @@ pub struct TcpPingpongArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     pub client: Option<String>,
     /// Client: message size in bytes.
-    #[arg(long, default_value_t = 8)]
-    pub size: usize,
+    #[arg(long, default_value_t = 8, value_parser = limits::TCP_PINGPONG_SIZE.parser())]
+    pub size: u64,
     /// Client: timed round trips.
-    #[arg(long, default_value_t = 10_000)]
-    pub iters: usize,
+    #[arg(long, default_value_t = 10_000, value_parser = limits::TCP_PINGPONG_ITERS.parser())]
+    pub iters: u64,
     /// Client: untimed round trips first.
-    #[arg(long, default_value_t = 100)]
-    pub warmup: usize,
-    /// Client: keep retrying the connection this long.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 100, value_parser = limits::TCP_PINGPONG_WARMUP.parser())]
+    pub warmup: u64,
+    /// Client: keep retrying the connection this long (seconds).
+    #[arg(long, default_value_t = 10.0, value_parser = connect_secs)]
     pub connect_secs: f64,
     /// Spin on non-blocking reads instead of sleeping in the kernel (as perftest polls its
     /// CQ): takes a core per side, removes the wake-up latency. Give it to both sides.
@@ -198,22 +199,36 @@ pub fn summarize(mut v: Vec<f64>) -> Option<Summary> {
     })
 }
 
+/// `--connect-secs`: a finite number of seconds, at most a day.
+fn connect_secs(v: &str) -> Result<f64, String> {
+    let s: f64 = v.parse().map_err(|_| format!("`{v}` is not a number of seconds"))?;
+    limits::CONNECT_TIMEOUT.check(s.ceil().max(0.0) as u64).map(|_| s.max(0.0)).map_err(|e| {
+        if s.is_finite() {
+            e
+        } else {
+            format!("`{v}` is not a finite number of seconds")
+        }
+    })
+}
+
 fn client(a: &TcpPingpongArgs, addr: &str) -> Result<ExitCode> {
-    if a.size == 0 || a.iters == 0 {
-        bail!("--size and --iters must be at least 1");
+    // The limits (cli::limits) already hold; check again for callers that build the args.
+    for (l, v) in [(&limits::TCP_PINGPONG_SIZE, a.size), (&limits::TCP_PINGPONG_ITERS, a.iters)] {
+        l.check(v).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
+    let (size, iters, warmup) = (a.size as usize, a.iters as usize, a.warmup as usize);
     let mut s = connect(resolve(addr)?, Duration::from_secs_f64(a.connect_secs.max(0.0)))?;
     s.set_nodelay(true)?;
     s.set_nonblocking(a.busy_poll)?;
-    let msg: Vec<u8> = (0..a.size).map(|i| i as u8).collect();
-    let mut back = vec![0u8; a.size];
-    let mut one_way_us = Vec::with_capacity(a.iters);
-    for i in 0..a.warmup + a.iters {
+    let msg: Vec<u8> = (0..size).map(|i| i as u8).collect();
+    let mut back = vec![0u8; size];
+    let mut one_way_us = Vec::with_capacity(iters);
+    for i in 0..warmup + iters {
         let t0 = Instant::now();
         write_all(&mut s, &msg).context("send")?;
         read_exact(&mut s, &mut back).context("receive the echo")?;
         let rtt = t0.elapsed();
-        if i >= a.warmup {
+        if i >= warmup {
             one_way_us.push(rtt.as_secs_f64() * 1e6 / 2.0);
         }
     }
