@@ -12,8 +12,8 @@
 //!   descriptor, not a copy. Each round reclaims every completion, queues up to `--batch`
 //!   descriptors, publishes them with one store and kicks once (`sendto`, which in copy mode
 //!   transmits up to `XDP_MAX_TX_SKB_BUDGET` descriptors synchronously; EAGAIN is progress).
-//!   The TX pool is one kick's worth (256 chunks), so the chunks the kernel copies from
-//!   stay in cache, as uroce's freshly written frames are.
+//!   The TX pool is small (64 chunks, one kick's worth), so the chunks the kernel copies
+//!   from stay in cache, as uroce's freshly written frames are.
 //! * RX: one socket per queue, its fill ring stocked at bind, twice the RX pool (a refill
 //!   always fits), refilled after every batch; the sink busy-polls its rings (a sleeping
 //!   AF_XDP reader makes the kernel wake it from the sender's CPU on every flush, which on
@@ -212,15 +212,18 @@ pub struct XskBlastArgs {
     /// AF_XDP bind mode.
     #[arg(long, value_enum, default_value_t = ZcMode::Auto)]
     pub bind_mode: ZcMode,
-    /// RX chunks per socket (4 KiB each), also the fill and RX ring sizes: how long the
-    /// sink may stall before the fill ring runs dry (power of two; the AF_XDP backend's 2048).
-    #[arg(long, default_value_t = 2048)]
+    /// RX chunks per socket (4 KiB each; also the RX ring size, the fill ring has twice
+    /// as many entries): how many frames may be in flight, i.e. how long the sink may stall
+    /// (preempted) before the blaster must wait for credit. Power of two; uroce's AF_XDP
+    /// backend has 2048, the sink more because this VM's other work preempts it.
+    #[arg(long, default_value_t = 8192)]
     pub rx_frames: u32,
     /// TX chunks per socket (4 KiB each), also the TX and completion ring sizes (power of
-    /// two). In copy mode a kick transmits synchronously, so one kick's worth (the budget)
-    /// suffices, and a small pool keeps the chunks the kernel copies from in cache (uroce's
-    /// frames are hot because it has just written them; its send window keeps 128 in flight).
-    #[arg(long, default_value_t = 256)]
+    /// two; the budget is clamped to it). In copy mode a kick transmits synchronously, so a
+    /// small pool suffices, and it keeps the chunks the kernel copies from in cache: with
+    /// 256 the copy into the skb cost ~3x as much per frame as with 64 (uroce's frames are
+    /// hot because it has just written them).
+    #[arg(long, default_value_t = 64)]
     pub tx_frames: u32,
     /// RX: busy-poll this long without a frame before sleeping in poll() (0: sleep at once).
     #[arg(long, default_value_t = 2000)]
