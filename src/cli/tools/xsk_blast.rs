@@ -199,7 +199,7 @@ pub struct XskBlastArgs {
     #[arg(long, default_value_t = 256)]
     pub batch: usize,
     /// TX: XDP_MAX_TX_SKB_BUDGET, copy-mode descriptors per kick (kernel default 32; the
-    /// AF_XDP backend's 256; ignored before Linux 6.17).
+    /// AF_XDP backend's 256; clamped to --tx-frames; ignored before Linux 6.17).
     #[arg(long, default_value_t = 256)]
     pub budget: u32,
     /// TX: copy the frame into its UMEM chunk on every send [default: each chunk is
@@ -279,8 +279,8 @@ fn bind_mode(m: ZcMode) -> BindMode {
 }
 
 /// The AF_XDP backend's socket configuration (`XskConfig::default()`: need-wakeup, TX budget,
-/// 4 KiB chunks) with `--rx-frames` RX chunks (= fill and RX ring entries) and `--tx-frames`
-/// TX chunks (= TX and completion ring entries).
+/// 4 KiB chunks) with `--rx-frames` RX chunks (= fill and RX ring entries; the sink doubles
+/// its fill ring) and `--tx-frames` TX chunks (= TX and completion ring entries).
 fn xsk_config(a: &XskBlastArgs, multi_buffer: bool) -> XskConfig {
     XskConfig {
         frame_count: a.rx_frames + a.tx_frames,
@@ -569,6 +569,9 @@ fn tx(a: &XskBlastArgs) -> Result<ExitCode> {
     let seg = sock.umem().tx_capacity() as usize;
     let len = frame.len();
     let descs_per_frame = len.div_ceil(seg) as u64;
+    if u64::from(a.tx_frames) < descs_per_frame {
+        bail!("a {len}-byte frame takes {descs_per_frame} TX chunks: --tx-frames must be at least that");
+    }
     let mut b = Blaster {
         frame: &frame,
         seg,
