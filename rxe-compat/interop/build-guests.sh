@@ -31,8 +31,16 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${UROCE_INTEROP_CACHE:-/var/cache/uroce-interop}
 LAYOUT=5 # bump when the image layout changes (invalidates every cached build)
-MIRROR=${UROCE_INTEROP_MIRROR:-http://deb.debian.org/debian}
-SECMIRROR=${UROCE_INTEROP_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+# The Debian archive and security archive: this machine's own, as its apt sources name them
+# (apt-get indextargets reads both the one-line and the deb822 formats), unless the environment
+# says otherwise. The repository names no mirror host of its own.
+apt_site() { # "main" | "security" -> the first configured site serving such a suite
+  apt-get indextargets --format '$(SITE) $(RELEASE)' 2>/dev/null | awk -v want="$1" '
+    { sec = ($2 ~ /-security$/) }
+    (want == "security" && sec) || (want == "main" && !sec && $2 !~ /-(updates|backports)$/) { print $1; exit }'
+}
+MIRROR=${UROCE_INTEROP_MIRROR:-$(apt_site main)}
+SECMIRROR=${UROCE_INTEROP_SECURITY_MIRROR:-$(apt_site security)}
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 REFRESH=0 FORCE=0 CHECK=0 FLAVOURS=()
 while [ $# -gt 0 ]; do
@@ -68,6 +76,8 @@ need apt-get apt; need dpkg-deb dpkg; need depmod kmod; need modprobe kmod; need
 need gzip gzip; need xz xz-utils; need zstd zstd; need readelf binutils; need flock util-linux
 need sha256sum coreutils
 [ -r "$KEYRING" ] || die "missing $KEYRING (apt-get install debian-archive-keyring)"
+[ -n "$MIRROR" ] && [ -n "$SECMIRROR" ] ||
+  die "no Debian archive and security archive in this machine's apt sources; set UROCE_INTEROP_MIRROR and UROCE_INTEROP_SECURITY_MIRROR"
 
 sources_for() {
   case $1 in
