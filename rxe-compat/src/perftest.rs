@@ -7,9 +7,12 @@
 //! * [`PerftestSession`]: the exchange as a state machine over any `Read + Write`
 //!   (a `std::net::TcpStream` in practice): preamble, keys, barriers, reports, close.
 //!
-//! Scope: RC, non-duplex (no `-b`), `RUN_REGULAR` (no `-a`, no `--run_infinitely`), no RDMA-CM
-//! (`-R`), no `--data_validation`, no XRC/DC, no `--write_with_imm`. [`PerftestSession::barrier`]
-//! and [`PerftestSession::exchange_report`] are the building blocks for flows not modelled.
+//! Scope: RC, no `--run_infinitely`, no RDMA-CM (`-R`), no `--data_validation`, no XRC/DC, no
+//! `--write_with_imm`. [`PerftestSession::finish`] runs the default one-way, one-size flows;
+//! the others — bidirectional (`-b`) and all sizes (`-a`), whose extra syncs perftest takes from
+//! each side's own command line (nothing in the exchange announces them) — are built from
+//! [`PerftestSession::barrier`], [`PerftestSession::exchange_report`] and
+//! [`PerftestSession::close`] (`uroce perf`'s `bw` module lists each flow).
 //!
 //! # Findings (perftest source, `github.com/linux-rdma/perftest`)
 //!
@@ -19,7 +22,7 @@
 //! | release | tag (commit) | VERSION | Debian |
 //! | --- | --- | --- | --- |
 //! | 4.5-0.17 | `v4.5-0.17` (e63987c4) | **"6.06"** | bookworm `perftest 4.5+0.17-1` (the RECIPE capture shows "6.06") |
-//! | 24.01.0-0.38 | `24.01.0-0.38` | "6.20" | — (the public rxe captures in `shared/captures/rxe-public` send "6.20") |
+//! | 24.01.0-0.38 | `24.01.0-0.38` | "6.20" | — (the public rxe captures, copied into `rxe-compat/fixtures/rxe-public`, send "6.20") |
 //! | 25.01.0-0.80 | `25.01.0-0.80` (6730e979) | **"6.24"** | trixie `perftest 25.01.0+0.80-1` |
 //! | 26.01.5 | `perftest-26.01.5` (6a66a60c) | "6.28" | — (first with `negotiate_params`, commit 5453511) |
 //! | master | 00b55b66 (2026-07) | "6.29" | — (adds the `_DV` key formats) |
