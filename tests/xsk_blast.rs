@@ -200,7 +200,7 @@ fn multi_buffer_frames_at_path_mtu_4096_count_for_count() {
     // one 4 KiB chunk: both sides move them as multi-buffer packets.
     let net = NetPair::create(&PairConfig { subnet: 112, ..PairConfig::new("xc", 9000) }).expect("veth pair");
     blast(&net, 4154, 20_000, true, &[], &[]);
-    blast(&net, 4154, 1000, false, &[], &["--batch", "5"]);
+    blast(&net, 4154, 1000, false, &["--rx-frames", "4096"], &["--batch", "5"]);
     blast(&net, 9000, 2000, true, &["--rx-frames", "1024"], &["--tx-frames", "64"]);
 }
 
