@@ -193,6 +193,20 @@ fn bidirectional_runs_traffic_both_ways_and_prints_the_sum() {
 }
 
 #[test]
+fn bidirectional_duration() {
+    // send_bw -b -D: each side sends for its duration and keeps receiving until the other is
+    // done too (no report exchange: each prints its own line); write_bw -b -D exchanges reports.
+    for (k, test) in ["send_bw", "write_bw"].into_iter().enumerate() {
+        let (s, c) = pair(33 + k as u8, test, &["-b", "-D", "2"]);
+        for side in [&s, &c] {
+            let r = rows(&side.out);
+            assert_eq!(r.len(), 1, "{test}\n{}", side.out);
+            assert!(r[0][1] > 0.0 && r[0][3] > 0.0 && r[0][2] == 0.0, "{test}: -D forces noPeak\n{}", side.out);
+        }
+    }
+}
+
+#[test]
 fn bidirectional_all_sizes() {
     let (s, c) = pair(31, "send_bw", &["-b", "-a", "-n", "8"]);
     for side in [&s, &c] {

@@ -205,13 +205,10 @@ fn measure(run: &mut Run, size: usize, roles: Roles) -> Result<BwResult> {
             last_done = total;
         }
         let sent = !roles.send || (0..n).all(|i| done[i] == posted[i] && (!posting || posted[i] >= iters));
-        // A receiver in duration mode stops when it stops sending (duplex) or when the sender
-        // closes the session (one-way; see `send_flow`).
+        // In duration mode a duplex side stops when its own sending time is over (it goes on
+        // receiving while it closes: see `send_flow`); a one-way receiver never runs here.
         let received = !roles.recv || run.cfg.duration.is_some() || got.iter().all(|&g| g >= iters);
-        if sent && received && (roles.send || run.cfg.duration.is_none()) {
-            break;
-        }
-        if !roles.send && run.cfg.duration.is_some() && run.session.is_none() {
+        if sent && received {
             break;
         }
     }
