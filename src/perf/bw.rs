@@ -119,7 +119,7 @@ fn measure(run: &mut Run, size: usize, roles: Roles) -> Result<BwResult> {
     let cq_mod = (run.cfg.cq_mod.max(1) as u64).min(depth);
     let iters = if run.cfg.duration.is_some() { u64::MAX } else { run.cfg.iters };
     let (mut posted, mut done) = (vec![0u64; n], vec![0u64; n]);
-    let (mut rposted, mut got) = (vec![0u64; n], vec![0u64; n]);
+    let (mut rposted, mut got, mut rx) = (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
     // The receives of the first `rx_depth` messages were posted by the caller, before the
     // barrier that lets the peer send.
     let rx_depth = (run.cfg.rx_depth.max(1) as u64).min(iters);
@@ -157,7 +157,7 @@ fn measure(run: &mut Run, size: usize, roles: Roles) -> Result<BwResult> {
             }
         }
         progress(run)?;
-        let mut rx = vec![0u64; n];
+        rx.fill(0);
         drain_cqs(run, |i, w| {
             if w.opcode == WcOpcode::Recv {
                 rx[i] += 1;
