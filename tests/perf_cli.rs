@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use uroce::netns::{self, NetPair, PairConfig};
 
@@ -25,26 +25,6 @@ fn spawn(ns: &str, args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn uroce perf")
-}
-
-/// Wait for `c` with a deadline; kill it on expiry.
-fn finish(mut c: Child, what: &str, timeout: Duration) -> Output {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if c.try_wait().expect("wait").is_some() {
-            return c.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            let o = c.wait_with_output().expect("output");
-            panic!(
-                "{what}: timed out\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The numbers of every result line (the lines after the `#bytes` header).
@@ -81,12 +61,12 @@ fn run(net: &NetPair, args: &[&str], server_extra: &[&str], client_extra: &[&str
     c_args.extend_from_slice(client_extra);
     let client = spawn(&net.b.ns, &c_args);
     let what = args.join(" ");
-    let c = finish(client, &format!("client {what}"), Duration::from_secs(60));
+    let c = common::finish(client, &format!("client {what}"), Duration::from_secs(60));
     let mut server = server;
     if !c.status.success() {
         let _ = server.kill();
     }
-    let s = finish(server, &format!("server {what}"), Duration::from_secs(30));
+    let s = common::finish(server, &format!("server {what}"), Duration::from_secs(30));
     let (so, co) = (String::from_utf8_lossy(&s.stdout).into_owned(), String::from_utf8_lossy(&c.stdout).into_owned());
     assert!(
         c.status.success() && s.status.success(),

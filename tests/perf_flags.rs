@@ -6,6 +6,8 @@
 //! run in parallel. The flags that reach the wire or the exchange are also run against stock
 //! perftest on rxe (`interop_rxe.rs`).
 
+mod common;
+
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,20 +22,6 @@ fn spawn(args: &[String]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn uroce perf")
-}
-
-/// Wait for `c`; kill it after `timeout` and fail.
-fn finish(mut c: Child, what: &str, timeout: Duration) -> Output {
-    let deadline = Instant::now() + timeout;
-    while c.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            let o = c.wait_with_output().expect("output");
-            panic!("{what}: timed out\n{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    c.wait_with_output().expect("output")
 }
 
 struct Side {
@@ -63,8 +51,8 @@ fn pair_with(net: u8, test: &str, both: &[&str], server_extra: &[&str], client_e
     let server = spawn(&s);
     let client = spawn(&c);
     let what = format!("{test} {both:?}");
-    let co = finish(client, &format!("client {what}"), Duration::from_secs(90));
-    let so = finish(server, &format!("server {what}"), Duration::from_secs(60));
+    let co = common::finish(client, &format!("client {what}"), Duration::from_secs(90));
+    let so = common::finish(server, &format!("server {what}"), Duration::from_secs(60));
     (side(so), side(co))
 }
 

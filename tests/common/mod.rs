@@ -20,3 +20,22 @@ pub fn have(prog: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+
+/// Wait for `c` with a deadline (its output stays in its pipes until it exits); kill it and
+/// fail, showing what it printed, on expiry.
+pub fn finish(mut c: std::process::Child, what: &str, timeout: std::time::Duration) -> std::process::Output {
+    let deadline = std::time::Instant::now() + timeout;
+    while c.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = c.kill();
+            let o = c.wait_with_output().expect("output");
+            panic!(
+                "{what}: timed out\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    c.wait_with_output().expect("output")
+}
