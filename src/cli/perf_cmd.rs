@@ -201,17 +201,6 @@ pub struct PerfArgs {
     counters: bool,
 }
 
-fn mtu_of(v: u32) -> Result<Mtu> {
-    Ok(match v {
-        256 => Mtu::Mtu256,
-        512 => Mtu::Mtu512,
-        1024 => Mtu::Mtu1024,
-        2048 => Mtu::Mtu2048,
-        4096 => Mtu::Mtu4096,
-        _ => bail!("-m must be one of 256, 512, 1024, 2048, 4096"),
-    })
-}
-
 /// Build the run's configuration from the flags.
 pub fn config(a: &PerfArgs) -> Result<PerfConfig> {
     if a.rdma_cm {
@@ -236,7 +225,12 @@ pub fn config(a: &PerfArgs) -> Result<PerfConfig> {
     if !bw && c.qps != 1 {
         bail!("latency tests use one QP (-q 1)");
     }
-    c.mtu = a.mtu.map(mtu_of).transpose()?;
+    c.mtu = a
+        .mtu
+        .map(|v| {
+            Mtu::from_bytes(v as usize).ok_or_else(|| anyhow::anyhow!("-m must be one of 256, 512, 1024, 2048, 4096"))
+        })
+        .transpose()?;
     c.all_sizes = a.all;
     c.report_gbits = a.report_gbits;
     c.port = a.port;
