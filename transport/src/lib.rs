@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod counters;
+pub mod connect;
 pub mod cq;
 pub mod device;
 pub mod mr;
