@@ -10,14 +10,17 @@
 //! runtime, the simulator ([`sim`]) and the fuzzers all drive it the same way.
 #![forbid(unsafe_code)]
 
-pub mod counters;
+pub mod config;
 pub mod connect;
+pub mod counters;
 pub mod cq;
 pub mod device;
 pub mod mr;
+pub mod path;
 pub mod qp;
 pub mod sim;
 pub mod time;
+pub mod timer;
 pub mod verbs;
 
 pub use counters::Counters;

@@ -14,22 +14,13 @@
 //!   against `retry_cnt`. Retry counters reset on forward progress (rxe `reset_retry_counters`).
 
 use super::requester::scatter;
+use super::send_state::{Retry, RetryCause, Rnr};
 use super::{Ctx, Qp};
 use crate::time::local_ack_timeout;
+use crate::timer::Timer;
 use crate::verbs::*;
 use uroce_wire::opcode::Operation;
 use uroce_wire::{NakCode, ParsedFrame, Psn, RnrTimer, Syndrome};
-
-/// Why a retry starts.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum RetryCause {
-    /// NAK PSN sequence error.
-    SeqNak,
-    /// An ACK or response past a READ/atomic that got no response.
-    Implicit,
-    /// Local ACK timeout.
-    Timeout,
-}
 
 impl Qp {
     fn retry_infinite(&self, ctx: &Ctx<'_>) -> bool {
@@ -40,9 +31,6 @@ impl Qp {
     fn complete_head(&mut self, ctx: &mut Ctx<'_>, status: WcStatus, vendor_err: u32) {
         let head = self.sq.head;
         let w = self.sq.get(head);
-        if w.opcode.is_read_or_atomic() && w.psn_assigned {
-            self.req.rd_atomic_inflight = self.req.rd_atomic_inflight.saturating_sub(1);
-        }
         // IBTA 10.7.3.1: an errored WR always completes, even when unsignaled.
         if status != WcStatus::Success || w.signaled {
             let wc = WorkCompletion {
@@ -58,11 +46,9 @@ impl Qp {
         }
         let done_through = w.last_psn.add(1);
         let assigned = w.psn_assigned;
+        let rd_atomic_sent = w.opcode.is_read_or_atomic() && assigned;
         self.sq.head += 1;
-        if self.req.cur < self.sq.head {
-            self.req.cur = self.sq.head;
-            self.req.cur_off = 0;
-        }
+        self.send.on_wqe_completed(self.sq.head, rd_atomic_sent);
         // A completed WQE's PSNs are all acknowledged: the oldest unacknowledged PSN is at
         // least the next WQE's first.
         if status == WcStatus::Success && assigned {
@@ -123,77 +109,64 @@ impl Qp {
 
     /// Move the oldest-unacknowledged PSN forward to `to` if that is progress.
     fn advance_una(&mut self, ctx: &mut Ctx<'_>, to: Psn) {
-        if !to.after(self.req.una) || to.after(self.req.high_psn) {
+        if !self.send.on_ack(to) {
             return;
         }
-        self.req.una = to;
-        // Forward progress resets the retry counters (rxe `reset_retry_counters`).
-        self.req.retry_left = self.attr.retry_cnt;
-        self.req.rnr_left = self.attr.rnr_retry;
-        if let Some(r) = self.req.retrying_from {
-            if to.after(r) {
-                self.req.retrying_from = None;
-            }
-        }
         self.rearm_retransmit(ctx);
-        if self.state == QpState::Sqd && self.req.una == self.req.high_psn && self.sq.head == self.sq.tail {
+        if self.state == QpState::Sqd && !self.send.outstanding() && self.sq.head == self.sq.tail {
             ctx.events.push_back(super::AsyncEvent::SqDrained(self.qpn.value()));
         }
     }
 
     /// Restart the local ACK timer if requests are outstanding, else stop it.
-    fn rearm_retransmit(&mut self, ctx: &Ctx<'_>) {
-        self.req.retrans_deadline = if self.req.una.before(self.req.high_psn) {
-            local_ack_timeout(self.attr.timeout).map(|t| ctx.now + t)
-        } else {
-            None
-        };
+    fn rearm_retransmit(&mut self, ctx: &mut Ctx<'_>) {
+        match local_ack_timeout(self.attr.timeout) {
+            Some(t) if self.send.outstanding() => self.arm(ctx, Timer::Retransmit, ctx.now + t),
+            _ => self.timers.stop(Timer::Retransmit),
+        }
     }
 
-    /// Start a Go-Back-N retry from `psn`, or fail the QP when the retries are used up.
-    pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, psn: Psn, cause: RetryCause) {
-        if cause != RetryCause::Timeout && self.req.retrying_from == Some(psn) {
-            // The same retry is already under way; this is the old flight arriving.
-            ctx.counters.dropped_stale_response += 1;
-            return;
+    /// Act on what the send state decided about a loss.
+    fn on_retry(&mut self, ctx: &mut Ctx<'_>, r: Retry) {
+        match r {
+            Retry::Stale => ctx.counters.dropped_stale_response += 1,
+            Retry::Exhausted => {
+                ctx.counters.retry_exceeded_err += 1;
+                self.fail_head(ctx, WcStatus::RetryExcErr, 0);
+            }
+            Retry::Resend(_) => {
+                ctx.counters.completer_retry_err += 1;
+                self.rearm_retransmit(ctx);
+            }
         }
-        if self.req.retry_left == 0 && !self.retry_infinite(ctx) {
-            ctx.counters.retry_exceeded_err += 1;
-            self.fail_head(ctx, WcStatus::RetryExcErr, 0);
-            return;
-        }
-        if !self.retry_infinite(ctx) {
-            self.req.retry_left -= 1;
-        }
-        ctx.counters.completer_retry_err += 1;
-        self.rewind(psn);
-        self.req.retrying_from = Some(psn);
-        self.rearm_retransmit(ctx);
+    }
+
+    /// Start a retry from `psn` (Go-Back-N, or whatever the send state's recovery is), or
+    /// fail the QP when the retries are used up.
+    fn retry(&mut self, ctx: &mut Ctx<'_>, psn: Psn, cause: RetryCause) {
+        let infinite = self.retry_infinite(ctx);
+        let r = self.send.on_nak(&self.sq, self.mtu() as u32, psn, cause, infinite);
+        self.on_retry(ctx, r);
     }
 
     /// The local ACK timer fired.
     pub(crate) fn on_retransmit_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        self.req.retrans_deadline = None;
         if self.state != QpState::Rts && self.state != QpState::Sqd {
             return;
         }
-        if !self.req.una.before(self.req.high_psn) {
-            return;
+        let infinite = self.retry_infinite(ctx);
+        if let Some(r) = self.send.on_timeout(&self.sq, self.mtu() as u32, infinite) {
+            ctx.counters.local_ack_timeout_err += 1;
+            self.on_retry(ctx, r);
         }
-        ctx.counters.local_ack_timeout_err += 1;
-        let una = self.req.una;
-        self.retry(ctx, una, RetryCause::Timeout);
     }
 
     /// The RNR wait ended: resend from the NAKed PSN.
     pub(crate) fn on_rnr_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        self.req.rnr_deadline = None;
         if self.state != QpState::Rts && self.state != QpState::Sqd {
             return;
         }
-        let psn = self.req.rnr_psn;
-        self.rewind(psn);
-        self.req.retrying_from = Some(psn);
+        self.send.on_rnr_timeout(&self.sq, self.mtu() as u32);
         self.rearm_retransmit(ctx);
     }
 
@@ -206,7 +179,7 @@ impl Qp {
         let r = p.roce.bth.psn;
         let info = p.roce.bth.opcode.info().expect("parse_frame only returns known opcodes");
         // A response for a PSN never sent, or for one already acknowledged: stale.
-        if r.diff(self.req.high_psn) >= 0 || r.before(self.req.una) {
+        if !self.send.awaits(r) {
             ctx.counters.dropped_stale_response += 1;
             return;
         }
@@ -265,18 +238,17 @@ impl Qp {
         if self.state == QpState::Err {
             return;
         }
-        // rnr_retry 7 means retry forever (IBTA §9.7.5.2.8).
-        if self.attr.rnr_retry != 7 {
-            if self.req.rnr_left == 0 {
+        match self.send.on_rnr(&self.sq, self.mtu() as u32, r) {
+            Rnr::Exhausted => {
                 ctx.counters.retry_rnr_exceeded_err += 1;
-                return self.fail_head(ctx, WcStatus::RnrRetryExcErr, 0);
+                self.fail_head(ctx, WcStatus::RnrRetryExcErr, 0);
             }
-            self.req.rnr_left -= 1;
+            Rnr::Wait => {
+                let at = ctx.now + core::time::Duration::from_micros(t.micros() as u64);
+                self.arm(ctx, Timer::Rnr, at);
+                self.timers.stop(Timer::Retransmit);
+            }
         }
-        self.req.rnr_psn = r;
-        self.req.rnr_deadline = Some(ctx.now + core::time::Duration::from_micros(t.micros() as u64));
-        self.req.retrans_deadline = None;
-        self.rewind(r);
     }
 
     fn on_atomic_ack(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>, r: Psn) {

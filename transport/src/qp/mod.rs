@@ -10,15 +10,19 @@
 //!   resources, length, R_Key), writes memory, and produces ACKs, NAKs and READ responses.
 
 pub mod completer;
+pub(crate) mod pacing;
 pub mod requester;
 pub mod responder;
+pub(crate) mod send_state;
 pub mod state;
 
+use crate::config::DeviceConfig;
 use crate::counters::Counters;
 use crate::cq::Cq;
-use crate::device::DeviceConfig;
 use crate::mr::MrTable;
+use crate::path::{FrameTemplate, Idents};
 use crate::time::Instant;
+use crate::timer::{Timer, TimerQueue, TimerTable};
 use crate::verbs::*;
 use std::collections::VecDeque;
 use uroce_wire::{Psn, Qpn};
@@ -64,8 +68,10 @@ pub(crate) struct Ctx<'a> {
     pub cqs: &'a mut [Option<Cq>],
     pub counters: &'a mut Counters,
     pub events: &'a mut VecDeque<AsyncEvent>,
-    /// IPv4 identification counters (see `FrameTemplate::emit`).
-    pub idents: &'a mut Vec<u16>,
+    /// IPv4 identification counters (see `FrameTemplate::emit_copy`).
+    pub idents: &'a mut Idents,
+    /// The device's timer queue (a QP's deadlines are its own [`TimerTable`]).
+    pub timers: &'a mut TimerQueue,
 }
 
 impl Ctx<'_> {
@@ -279,24 +285,16 @@ pub struct Qp {
     pub(crate) attr: QpAttr,
     pub(crate) sq: SendQueue,
     pub(crate) rq: RecvQueue,
-    pub(crate) req: requester::Requester,
+    /// The send side's sequence state (PSNs, cursor, retries): its one owner.
+    pub(crate) send: send_state::SendState,
     pub(crate) resp: responder::Responder,
     /// Headers of every frame this QP sends (built when the path is set).
-    pub(crate) template: Option<crate::device::FrameTemplate>,
-    /// Earliest time the next request packet may leave (pacing; congestion control sets it).
-    pub(crate) next_departure: Instant,
+    pub(crate) template: Option<FrameTemplate>,
+    /// When the next request packet may leave (a rate limit; congestion control).
+    pub(crate) pacer: pacing::Pacer,
+    /// This QP's deadlines: local ACK timeout, RNR wait, pacing departure.
+    pub(crate) timers: TimerTable,
     pub(crate) in_ready: bool,
-    /// Deadlines currently registered with the device's timer set.
-    pub(crate) armed: [Option<Instant>; 2],
-}
-
-/// Timers a QP uses.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
-pub(crate) enum TimerKind {
-    /// Local ACK timeout (retransmit).
-    Retransmit = 0,
-    /// Waiting after an RNR NAK.
-    Rnr = 1,
 }
 
 impl Qp {
@@ -312,12 +310,12 @@ impl Qp {
             attr: QpAttr::default(),
             sq: SendQueue::new(init.cap.max_send_wr as usize, init.cap.max_inline_data as usize),
             rq: RecvQueue::new(init.cap.max_recv_wr, init.cap.max_recv_sge),
-            req: requester::Requester::default(),
+            send: send_state::SendState::default(),
             resp: responder::Responder::default(),
             template: None,
-            next_departure: Instant::ZERO,
+            pacer: pacing::Pacer::default(),
+            timers: TimerTable::default(),
             in_ready: false,
-            armed: [None; 2],
         }
     }
 
@@ -331,19 +329,25 @@ impl Qp {
         self.state
     }
 
+    /// The rate limit in bits per second, if any (`Device::set_rate_limit`).
+    pub fn rate_limit(&self) -> Option<u64> {
+        self.pacer.rate()
+    }
+
     /// Current attributes (`ibv_query_qp`).
     pub fn attr(&self) -> QpAttr {
         let mut a = self.attr;
         a.qp_state = self.state;
         a.cur_qp_state = self.state;
-        a.sq_psn = self.req.high_psn.value();
+        a.sq_psn = self.send.next_psn().value();
         a.rq_psn = self.resp.epsn.value();
         a
     }
 
     /// A one-line summary of the protocol state, for diagnostics.
     pub fn debug_summary(&self) -> String {
-        let r = &self.req;
+        let r = &self.send;
+        let (cur, cur_off) = r.cursor();
         let head = (self.sq.head < self.sq.tail).then(|| {
             let w = self.sq.get(self.sq.head);
             format!("{:?} len {} psn {}..{} rcvd {}", w.opcode, w.length, w.first_psn, w.last_psn, w.read_rcvd)
@@ -354,14 +358,14 @@ impl Qp {
             self.state,
             self.sq.head,
             self.sq.tail,
-            r.cur,
-            r.cur_off,
-            r.una,
-            r.high_psn,
-            r.retry_left,
-            r.retrying_from,
-            r.retrans_deadline,
-            r.rnr_deadline,
+            cur,
+            cur_off,
+            r.una(),
+            r.next_psn(),
+            r.retry_left(),
+            r.retrying_from(),
+            self.timers.get(Timer::Retransmit),
+            self.timers.get(Timer::Rnr),
             head.unwrap_or_default(),
             self.resp.epsn,
             self.resp.msn.value(),
@@ -376,17 +380,26 @@ impl Qp {
         self.attr.path_mtu.bytes()
     }
 
-    /// Deadline of a timer kind, as the QP wants it now.
-    pub(crate) fn deadline(&self, k: TimerKind) -> Option<Instant> {
-        match k {
-            TimerKind::Retransmit => self.req.retrans_deadline,
-            TimerKind::Rnr => self.req.rnr_deadline,
+    /// Start (or move) one of this QP's timers.
+    #[inline]
+    pub(crate) fn arm(&mut self, ctx: &mut Ctx<'_>, t: Timer, at: Instant) {
+        self.timers.set(ctx.timers, self.qpn.value(), t, at);
+    }
+
+    /// One of this QP's timers fired.
+    pub(crate) fn on_timer(&mut self, ctx: &mut Ctx<'_>, t: Timer) {
+        match t {
+            Timer::Retransmit => self.on_retransmit_timeout(ctx),
+            Timer::Rnr => self.on_rnr_timeout(ctx),
+            // The departure time has come: the device queues the QP to send.
+            Timer::Departure => {}
         }
     }
 
     /// Does the QP have anything to transmit right now (or once a timer fires)?
+    #[inline]
     pub(crate) fn has_output(&self) -> bool {
-        !self.resp.out.is_empty() || (self.req.cur != self.sq.tail && self.state == QpState::Rts)
+        !self.resp.out.is_empty() || (self.send.cursor().0 != self.sq.tail && self.state == QpState::Rts)
     }
 
     /// Move to the error state: flush every outstanding WQE with WR_FLUSH_ERR (IBTA 10.7.3.1:
@@ -416,11 +429,8 @@ impl Qp {
             ctx.complete(self.send_cq, wc);
             self.sq.head += 1;
         }
-        self.req.cur = self.sq.tail;
-        self.req.cur_off = 0;
-        self.req.rd_atomic_inflight = 0;
-        self.req.retrans_deadline = None;
-        self.req.rnr_deadline = None;
+        self.send.on_flush(self.sq.tail);
+        self.timers.stop_all();
         self.resp.msg = responder::InMsg::None;
         while let Some(w) = self.rq.pop_front() {
             ctx.complete(self.recv_cq, self.flushed_recv(w.wr_id));
@@ -442,7 +452,9 @@ impl Qp {
     pub(crate) fn reset(&mut self) {
         self.sq.head = self.sq.tail;
         self.rq.clear();
-        self.req = requester::Requester { cur: self.sq.tail, ..Default::default() };
+        self.send = send_state::SendState::new(self.sq.tail);
+        self.timers.stop_all();
+        self.pacer = pacing::Pacer::default();
         self.resp = responder::Responder::default();
         self.template = None;
         self.attr = QpAttr::default();

@@ -7,44 +7,14 @@
 //! `send_window` PSNs beyond the oldest unacknowledged one (rxe `RXE_MAX_UNACKED_PSNS`), at
 //! most `max_rd_atomic` READs/atomics outstanding (§9.5, C9-134), fences (§10.8.3.3).
 
+use super::send_state::Advance;
 use super::{Ctx, Qp, MAX_MSG_SIZE, MAX_SGE};
 use crate::mr::MrTable;
-use crate::time::{local_ack_timeout, Instant};
+use crate::time::local_ack_timeout;
+use crate::timer::Timer;
 use crate::verbs::*;
 use uroce_wire::opcode::{Operation, Position};
 use uroce_wire::{AtomicEthRepr, ExtHeaders, Opcode, PayloadWriter, Psn, RethRepr};
-
-/// Requester state.
-#[derive(Debug, Default)]
-pub(crate) struct Requester {
-    /// One past the last PSN ever used: where the next new WQE starts. A packet of a WQE
-    /// that already has PSNs derives its PSN from the WQE and the byte offset, so a rewind or
-    /// a completion that moves `cur` can never desynchronise PSNs from packets.
-    pub high_psn: Psn,
-    /// SQ index of the WQE being sent (`sq.tail` when idle).
-    pub cur: u64,
-    /// Bytes of `cur` already sent, or the offset a retried READ resumes at.
-    pub cur_off: u32,
-    /// Oldest unacknowledged PSN.
-    pub una: Psn,
-    /// Packets sent since the last AckReq.
-    pub noack_pkts: u32,
-    /// READ/atomic WQEs sent and not completed.
-    pub rd_atomic_inflight: u32,
-    /// Transport retries left before RETRY_EXC_ERR.
-    pub retry_left: u8,
-    /// RNR retries left before RNR_RETRY_EXC_ERR.
-    pub rnr_left: u8,
-    /// Local ACK timeout deadline.
-    pub retrans_deadline: Option<Instant>,
-    /// End of the wait after an RNR NAK.
-    pub rnr_deadline: Option<Instant>,
-    /// PSN to resume at when the RNR wait ends.
-    pub rnr_psn: Psn,
-    /// A Go-Back-N retry from this PSN is under way (rxe `started_retry`): responses past it
-    /// are from the old flight and do not start another retry until the stream is back in order.
-    pub retrying_from: Option<Psn>,
-}
 
 /// Where to find a WQE's payload bytes.
 pub(crate) struct Source<'a> {
@@ -257,16 +227,17 @@ impl Qp {
 
     /// Produce the next request packet into `buf`, if the QP may send one now.
     pub(crate) fn poll_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_deadline.is_some() {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.timers.get(Timer::Rnr).is_some() {
             return None;
         }
-        if ctx.now < self.next_departure {
+        if let Err(at) = self.pacer.check(ctx.now) {
+            self.arm(ctx, Timer::Departure, at);
             return None;
         }
         let mtu = self.mtu();
-        let window = ctx.cfg.send_window as i32;
+        let window = ctx.cfg.send_window;
         loop {
-            let cur = self.req.cur;
+            let (cur, _) = self.send.cursor();
             if cur == self.sq.tail {
                 return None;
             }
@@ -283,15 +254,14 @@ impl Qp {
                     return None;
                 }
                 let max_rd = (self.attr.max_rd_atomic as u32).max(1);
-                if w.flags.contains(SendFlags::FENCE) && self.req.rd_atomic_inflight > 0 {
+                let inflight = self.send.rd_atomic_inflight();
+                if w.flags.contains(SendFlags::FENCE) && inflight > 0 {
                     return None;
                 }
-                if w.opcode.is_read_or_atomic() && self.req.rd_atomic_inflight >= max_rd {
+                if w.opcode.is_read_or_atomic() && inflight >= max_rd {
                     return None;
                 }
-                // rxe `rxe_requester`: stop when psn > una + RXE_MAX_UNACKED_PSNS (so 129 PSNs
-                // may be outstanding).
-                if self.req.high_psn.diff(self.req.una) > window {
+                if !self.send.window_open(window) {
                     return None;
                 }
                 let need = if w.opcode.is_read_or_atomic() { AccessFlags::LOCAL_WRITE } else { AccessFlags::NONE };
@@ -302,23 +272,20 @@ impl Qp {
                     }
                 }
                 let npkts = w.npkts(mtu);
-                let first = self.req.high_psn;
+                let first = self.send.begin_wqe(w.opcode.is_read_or_atomic());
                 let w = self.sq.get_mut(cur);
                 w.psn_assigned = true;
                 w.first_psn = first;
                 w.last_psn = first.add(npkts - 1);
-                if w.opcode.is_read_or_atomic() {
-                    self.req.rd_atomic_inflight += 1;
-                }
-                self.req.cur_off = 0;
             }
+            let (cur, cur_off) = self.send.cursor();
             let w = self.sq.get(cur);
-            let psn = if w.opcode.is_atomic() { w.first_psn } else { w.first_psn.add(self.req.cur_off / mtu as u32) };
-            if psn.diff(self.req.una) > window {
+            let psn = if w.opcode.is_atomic() { w.first_psn } else { w.first_psn.add(cur_off / mtu as u32) };
+            if !self.send.in_window(psn, window) {
                 return None;
             }
-            let retransmission = psn.before(self.req.high_psn);
-            let built = self.build_request(ctx, buf, cur, psn, mtu);
+            let retransmission = psn.before(self.send.next_psn());
+            let built = self.build_request(ctx, buf, cur, cur_off, psn, mtu);
             let Some((len, send_end)) = built else {
                 // The gather list went bad after posting (region deregistered).
                 self.sq.get_mut(cur).local_err = Some(WcStatus::LocProtErr);
@@ -330,29 +297,32 @@ impl Qp {
             } else if send_end {
                 ctx.counters.rdma_sends += 1;
             }
-            if self.req.retrans_deadline.is_none() {
-                self.req.retrans_deadline = local_ack_timeout(self.attr.timeout).map(|t| ctx.now + t);
+            if self.timers.get(Timer::Retransmit).is_none() {
+                if let Some(t) = local_ack_timeout(self.attr.timeout) {
+                    self.arm(ctx, Timer::Retransmit, ctx.now + t);
+                }
             }
+            self.pacer.on_sent(ctx.now, len);
             return Some(len);
         }
     }
 
-    /// Build the packet at `psn` of WQE `cur` (at byte offset `req.cur_off`) and advance.
+    /// Build the packet at `psn` of WQE `cur` at byte offset `off` (the cursor) and advance.
     /// Returns the frame length and whether it ended a SEND message.
     fn build_request(
         &mut self,
         ctx: &mut Ctx<'_>,
         buf: &mut [u8],
         cur: u64,
+        off: u32,
         psn: Psn,
         mtu: usize,
     ) -> Option<(usize, bool)> {
         if ctx.cfg.tx_fast_path {
-            if let Some(len) = self.build_middle(ctx, buf, cur, psn, mtu) {
+            if let Some(len) = self.build_middle(ctx, buf, cur, off, psn, mtu) {
                 return Some((len, false));
             }
         }
-        let off = self.req.cur_off;
         if self.sq.get(cur).opcode == WrOpcode::RdmaRead {
             self.sq.get_mut(cur).read_req_off = off;
         }
@@ -407,9 +377,7 @@ impl Qp {
             (op, _) => op,
         };
         let opcode = Opcode::rc_request(op, position)?;
-        // rxe `init_req_packet`: `END || noack_pkts++ > RXE_MAX_PKT_PER_ACK`, i.e. AckReq on END
-        // packets and on the 66th packet without one (with the default interval of 64).
-        let ack_req = end || self.req.noack_pkts > ctx.cfg.ack_req_interval;
+        let ack_req = self.send.ack_req_due(end, ctx.cfg.ack_req_interval);
         let solicited = end && w.flags.contains(SendFlags::SOLICITED);
         let src = Source { sges: w.sges(), inline: w.is_inline.then_some(&w.inline[..]) };
         // What the next packet of this message will read.
@@ -424,21 +392,8 @@ impl Qp {
         if !gather_ok {
             return None;
         }
-        if ack_req {
-            self.req.noack_pkts = 0;
-        } else {
-            self.req.noack_pkts += 1;
-        }
         let send_end = end && matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv);
-        if next_psn.after(self.req.high_psn) {
-            self.req.high_psn = next_psn;
-        }
-        if done {
-            self.req.cur = cur + 1;
-            self.req.cur_off = 0;
-        } else {
-            self.req.cur_off = next_off;
-        }
+        self.send.on_sent(ack_req, next_psn, if done { Advance::NextWqe } else { Advance::Offset(next_off) });
         Some((len, send_end))
     }
 
@@ -450,14 +405,22 @@ impl Qp {
     /// prefetched. Byte for byte the frame `build_request` builds, with the same state changes;
     /// `None`, with no effect, for anything else, or if the region no longer covers the bytes
     /// (the general path then fails the WR). `tests/fast_paths.rs` holds the two to that.
-    fn build_middle(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8], cur: u64, psn: Psn, mtu: usize) -> Option<usize> {
+    fn build_middle(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+        cur: u64,
+        off: u32,
+        psn: Psn,
+        mtu: usize,
+    ) -> Option<usize> {
         let w = self.sq.get(cur);
         let opcode = match w.opcode {
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => Opcode::RC_RDMA_WRITE_MIDDLE,
             WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => Opcode::RC_SEND_MIDDLE,
             _ => return None,
         };
-        let (off, n) = (self.req.cur_off, mtu as u32);
+        let n = mtu as u32;
         // Neither the first packet nor the last (`build_request`'s `Position::Middle`).
         if w.is_inline || w.num_sge != 1 || off == 0 || off.checked_add(n)? >= w.length {
             return None;
@@ -470,44 +433,13 @@ impl Qp {
         let src = ctx.mrs.slice(sge.lkey, self.pd, at, n as usize + ahead, AccessFlags::NONE).ok()?;
         let (piece, next) = src.split_at(n as usize);
         let tpl = self.template.as_ref()?;
-        // rxe `init_req_packet`: AckReq on the packet after RXE_MAX_PKT_PER_ACK without one.
-        let ack_req = self.req.noack_pkts > ctx.cfg.ack_req_interval;
+        let ack_req = self.send.ack_req_due(false, ctx.cfg.ack_req_interval);
         let none = ExtHeaders::default();
         let len = tpl.emit_copy(buf, ctx.idents, opcode, psn, ack_req, false, &none, n as usize, |w| {
             w.copy_prefetching(piece, next)
         })?;
-        if ack_req {
-            self.req.noack_pkts = 0;
-        } else {
-            self.req.noack_pkts += 1;
-        }
-        let next_psn = psn.add(1);
-        if next_psn.after(self.req.high_psn) {
-            self.req.high_psn = next_psn;
-        }
-        self.req.cur_off = next_off;
+        self.send.on_sent(ack_req, psn.add(1), Advance::Offset(next_off));
         ctx.counters.tx_fast_path_pkts += 1;
         Some(len)
-    }
-
-    /// Go-Back-N: resend from `psn` (IBTA §9.7.5.1.1; rxe `req_retry`): the WQE holding `psn`
-    /// restarts at the packet with that PSN (SEND/WRITE skip the bytes already acknowledged, a
-    /// READ resumes at the byte offset already received), and every later WQE is sent again.
-    pub(crate) fn rewind(&mut self, psn: Psn) {
-        let mtu = self.mtu() as u32;
-        let mut i = self.sq.head;
-        while i < self.sq.tail && i <= self.req.cur {
-            let w = self.sq.get(i);
-            if !w.psn_assigned {
-                break;
-            }
-            if psn.within(w.first_psn, w.last_psn) {
-                self.req.cur = i;
-                self.req.cur_off = if w.opcode.is_atomic() { 0 } else { psn.diff(w.first_psn) as u32 * mtu };
-                // rxe keeps counting packets without AckReq across a retry.
-                return;
-            }
-            i += 1;
-        }
     }
 }

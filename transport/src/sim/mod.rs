@@ -244,7 +244,7 @@ impl Network {
     pub fn step(&mut self) -> bool {
         self.drain_outputs();
         let next_frame = self.wire.peek().map(|Reverse(f)| f.0);
-        let next_timer = self.nodes.iter().filter_map(|n| n.dev.poll_timeout()).min();
+        let next_timer = self.nodes.iter_mut().filter_map(|n| n.dev.poll_timeout()).min();
         let next = match (next_frame, next_timer) {
             (Some(a), Some(b)) => a.min(b),
             (Some(a), None) => a,

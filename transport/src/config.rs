@@ -1,0 +1,96 @@
+//! Device configuration: the port's addresses, limits, wire choices and peer quirks.
+
+use crate::verbs::{Gid, Mtu};
+use std::net::IpAddr;
+use uroce_wire::{EthernetAddress, UdpChecksum};
+
+/// Deliberate deviations from the spec that some peers need.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Quirks {
+    /// Treat `retry_cnt = 7` as "retry forever", as Linux rxe does (`rxe_comp.c`:
+    /// `if (qp->comp.retry_cnt != 7) qp->comp.retry_cnt--`). The spec gives 7 that meaning for
+    /// the RNR retry count only.
+    pub retry_cnt_7_infinite: bool,
+}
+
+/// Device configuration.
+#[derive(Clone, Debug)]
+pub struct DeviceConfig {
+    /// The port's MAC address.
+    pub mac: EthernetAddress,
+    /// GID table. [`DeviceConfig::new`] builds it as rxe does: index 0 the link-local GID from
+    /// the MAC, then one GID per IP address (IPv4 → IPv4-mapped).
+    pub gids: Vec<Gid>,
+    /// 802.1Q VLAN id to tag frames with (the PCP then carries the AV's service level).
+    pub vlan: Option<u16>,
+    /// Largest path MTU (rxe: link MTU − 80, clamped to 4096).
+    pub active_mtu: Mtu,
+    /// Seed of every random choice (QPNs, memory keys).
+    pub seed: u64,
+    /// Largest `max_rd_atomic` / `max_dest_rd_atomic` (rxe `RXE_MAX_QP_RD_ATOM` = 128).
+    pub max_qp_rd_atom: u8,
+    /// PSNs a requester may have outstanding (rxe `RXE_MAX_UNACKED_PSNS` = 128).
+    pub send_window: u32,
+    /// AckReq after this many packets without one (rxe `RXE_MAX_PKT_PER_ACK` = 64).
+    pub ack_req_interval: u32,
+    /// UDP checksum on transmitted frames (rxe and ConnectX send 0).
+    pub udp_checksum: UdpChecksum,
+    /// Verify the ICRC of received frames (off only when the I/O layer already did).
+    pub check_icrc: bool,
+    /// Send every frame from this UDP source port instead of the per-QP port derived from the
+    /// flow label (a kernel UDP socket backend can only send from its bound port).
+    pub udp_sport: Option<u16>,
+    /// IPv4 identification of transmitted frames (covered by the ICRC).
+    pub ipv4_ident: Ipv4Ident,
+    /// TTL / hop limit of every frame. The kernel resolves a RoCE address vector's hop limit
+    /// from the route (`ib_resolve_unicast_gid_dmac`), so rxe and ConnectX under Linux send 64
+    /// whatever the application asked (perftest 255, ibv_rc_pingpong 1); uroce does the same.
+    pub hop_limit: u8,
+    /// Peer quirks.
+    pub quirks: Quirks,
+    /// Take the receive fast path for the bulk of a large RDMA WRITE ([`Device::handle_frame`]);
+    /// off, every frame goes through the general path (same effects, slower).
+    pub rx_fast_path: bool,
+    /// Build the MIDDLE packets of large SENDs and WRITEs on the transmit fast path; off, every
+    /// packet is built by the general path (byte for byte the same frames, slower).
+    pub tx_fast_path: bool,
+}
+
+impl DeviceConfig {
+    /// A configuration for a port with `mac` and IP addresses `ips`.
+    pub fn new(mac: EthernetAddress, ips: &[IpAddr]) -> DeviceConfig {
+        let mut gids = vec![Gid::link_local(mac)];
+        gids.extend(ips.iter().map(|ip| Gid::from_ip(*ip)));
+        DeviceConfig {
+            mac,
+            gids,
+            vlan: None,
+            active_mtu: Mtu::Mtu4096,
+            seed: 0,
+            max_qp_rd_atom: 128,
+            send_window: 128,
+            ack_req_interval: 64,
+            udp_checksum: UdpChecksum::Zero,
+            check_icrc: true,
+            udp_sport: None,
+            hop_limit: 64,
+            ipv4_ident: Ipv4Ident::Counter,
+            quirks: Quirks::default(),
+            rx_fast_path: true,
+            tx_fast_path: true,
+        }
+    }
+}
+
+/// How transmitted IPv4 frames are identified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Ipv4Ident {
+    /// As the kernel does for rxe (`__ip_select_ident`): one counter per (source, destination)
+    /// pair shared by every QP, +1 per frame (retransmissions included), starting at a value
+    /// drawn from the device seed.
+    #[default]
+    Counter,
+    /// Always 0: a kernel UDP socket with DF set sends 0, and the ICRC covers the field, so the
+    /// kernel-UDP backend needs the engine to build exactly that.
+    Zero,
+}

@@ -1,0 +1,263 @@
+//! Verbs objects: protection domains, memory regions, completion queues and queue pairs —
+//! creation, destruction and queries (`ibv_alloc_pd`, `ibv_reg_mr`, `ibv_create_cq`,
+//! `ibv_create_qp`, ...).
+
+use super::Device;
+use crate::cq::Cq;
+use crate::mr::MemoryRegion;
+use crate::qp::Qp;
+use crate::time::Instant;
+use crate::verbs::*;
+use rand_core::Rng;
+use uroce_wire::Qpn;
+
+/// Identifies a registered memory region to the application.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrInfo {
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+    /// Virtual address of the first byte.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: usize,
+}
+
+const MAX_QP_WR: u32 = 16384; // rxe RXE_MAX_QP_WR
+const MAX_INLINE: u32 = 4096;
+const MAX_CQE: usize = 1 << 20;
+
+impl Device {
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self) -> PdHandle {
+        if let Some(i) = self.pds.iter().position(|used| !used) {
+            self.pds[i] = true;
+            return PdHandle(i as u32);
+        }
+        self.pds.push(true);
+        PdHandle(self.pds.len() as u32 - 1)
+    }
+
+    pub(super) fn pd_ok(&self, pd: PdHandle) -> bool {
+        self.pds.get(pd.0 as usize).copied().unwrap_or(false)
+    }
+
+    /// `ibv_dealloc_pd`: fails with EBUSY while MRs or QPs use it.
+    pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<(), VerbsError> {
+        if !self.pd_ok(pd) {
+            return Err(VerbsError::NoSuchObject("PD"));
+        }
+        if self.mrs.count_in_pd(pd) > 0 || self.qps.values().any(|q| q.pd == pd) {
+            return Err(VerbsError::Busy("PD"));
+        }
+        self.pds[pd.0 as usize] = false;
+        Ok(())
+    }
+
+    /// `ibv_reg_mr`: register `memory` (moved in; its address is the region's address).
+    pub fn reg_mr(&mut self, pd: PdHandle, memory: Box<[u8]>, access: AccessFlags) -> Result<MrInfo, VerbsError> {
+        self.reg_mr_inner(pd, memory, None, access)
+    }
+
+    /// `ibv_reg_mr_iova`: register `memory` at virtual address `iova`.
+    pub fn reg_mr_iova(
+        &mut self,
+        pd: PdHandle,
+        memory: Box<[u8]>,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MrInfo, VerbsError> {
+        self.reg_mr_inner(pd, memory, Some(iova), access)
+    }
+
+    /// Register `memory` at `iova` under a chosen key (L_Key = R_Key = `key`), for replaying
+    /// captured traffic and for crafting traffic at another implementation. Normal code uses
+    /// [`Device::reg_mr`], whose keys are random.
+    pub fn reg_mr_with_key(
+        &mut self,
+        pd: PdHandle,
+        memory: Box<[u8]>,
+        iova: u64,
+        access: AccessFlags,
+        key: u32,
+    ) -> Result<MrInfo, VerbsError> {
+        if key == 0 || self.mrs.get(key).is_some() {
+            return Err(VerbsError::Busy("memory key"));
+        }
+        let mut once = Some(key);
+        self.reg_mr_keyed(pd, memory, Some(iova), access, &mut || once.take().unwrap_or(0))
+    }
+
+    fn reg_mr_inner(
+        &mut self,
+        pd: PdHandle,
+        memory: Box<[u8]>,
+        iova: Option<u64>,
+        access: AccessFlags,
+    ) -> Result<MrInfo, VerbsError> {
+        // Random 32-bit keys (eight candidates: a collision with a live key is vanishingly rare).
+        let mut keys = [0u32; 8];
+        keys.iter_mut().for_each(|k| *k = self.rng.next_u32());
+        let mut it = keys.into_iter();
+        self.reg_mr_keyed(pd, memory, iova, access, &mut || it.next().unwrap_or(0))
+    }
+
+    fn reg_mr_keyed(
+        &mut self,
+        pd: PdHandle,
+        memory: Box<[u8]>,
+        iova: Option<u64>,
+        access: AccessFlags,
+        next_key: &mut dyn FnMut() -> u32,
+    ) -> Result<MrInfo, VerbsError> {
+        if !self.pd_ok(pd) {
+            return Err(VerbsError::NoSuchObject("PD"));
+        }
+        // verbs: remote write and remote atomic require local write (ibv_reg_mr → EINVAL).
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(VerbsError::InvalidArgument("REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE"));
+        }
+        if let Some(va) = iova {
+            if va.checked_add(memory.len() as u64).is_none() {
+                return Err(VerbsError::InvalidArgument("iova + length overflows"));
+            }
+        }
+        let length = memory.len();
+        let (key, addr) =
+            self.mrs.insert(pd, memory, iova, access, next_key).ok_or(VerbsError::Exhausted("memory keys"))?;
+        Ok(MrInfo { lkey: key, rkey: key, addr, length })
+    }
+
+    /// `ibv_dereg_mr`: the memory comes back.
+    pub fn dereg_mr(&mut self, lkey: u32) -> Result<Box<[u8]>, VerbsError> {
+        self.mrs.remove(lkey).ok_or(VerbsError::NoSuchObject("MR"))
+    }
+
+    /// A registered region.
+    pub fn mr(&self, lkey: u32) -> Option<&MemoryRegion> {
+        self.mrs.get(lkey)
+    }
+
+    /// A registered region, writable (the application filling or checking its buffers).
+    pub fn mr_mut(&mut self, lkey: u32) -> Option<&mut MemoryRegion> {
+        self.mrs.get_mut(lkey)
+    }
+
+    /// `ibv_create_cq`.
+    pub fn create_cq(&mut self, cqe: usize) -> Result<CqHandle, VerbsError> {
+        if cqe == 0 || cqe > MAX_CQE {
+            return Err(VerbsError::InvalidArgument("cqe"));
+        }
+        let cq = Cq::new(cqe);
+        if let Some(i) = self.cqs.iter().position(Option::is_none) {
+            self.cqs[i] = Some(cq);
+            return Ok(CqHandle(i as u32));
+        }
+        self.cqs.push(Some(cq));
+        Ok(CqHandle(self.cqs.len() as u32 - 1))
+    }
+
+    /// `ibv_destroy_cq`: fails with EBUSY while a QP uses it.
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), VerbsError> {
+        if !matches!(self.cqs.get(cq.0 as usize), Some(Some(_))) {
+            return Err(VerbsError::NoSuchObject("CQ"));
+        }
+        if self.qps.values().any(|q| q.send_cq == cq || q.recv_cq == cq) {
+            return Err(VerbsError::Busy("CQ"));
+        }
+        self.cqs[cq.0 as usize] = None;
+        Ok(())
+    }
+
+    /// `ibv_poll_cq`: move up to `out.len()` completions into `out`.
+    pub fn poll_cq(&mut self, cq: CqHandle, out: &mut [WorkCompletion]) -> Result<usize, VerbsError> {
+        match self.cqs.get_mut(cq.0 as usize) {
+            Some(Some(q)) => Ok(q.poll(out)),
+            _ => Err(VerbsError::NoSuchObject("CQ")),
+        }
+    }
+
+    /// The CQ object (depth, overflow state).
+    pub fn cq(&self, cq: CqHandle) -> Option<&Cq> {
+        self.cqs.get(cq.0 as usize).and_then(Option::as_ref)
+    }
+
+    /// `ibv_create_qp`. QP numbers are drawn at random from the device's RNG (not
+    /// sequential: a peer cannot guess another connection's QPN), above the 16 rxe reserves.
+    pub fn create_qp(&mut self, pd: PdHandle, init: &QpInitAttr) -> Result<u32, VerbsError> {
+        if !self.pd_ok(pd) {
+            return Err(VerbsError::NoSuchObject("PD"));
+        }
+        if init.qp_type != QpType::Rc {
+            return Err(VerbsError::Unsupported("only RC QPs today"));
+        }
+        for cq in [init.send_cq, init.recv_cq] {
+            if self.cq(cq).is_none() {
+                return Err(VerbsError::NoSuchObject("CQ"));
+            }
+        }
+        let c = &init.cap;
+        if c.max_send_wr == 0 || c.max_send_wr > MAX_QP_WR || c.max_recv_wr > MAX_QP_WR {
+            return Err(VerbsError::InvalidArgument("max_send_wr / max_recv_wr"));
+        }
+        if c.max_send_sge as usize > crate::qp::MAX_SGE || c.max_recv_sge as usize > crate::qp::MAX_SGE {
+            return Err(VerbsError::InvalidArgument("max_send_sge / max_recv_sge"));
+        }
+        if c.max_inline_data > MAX_INLINE {
+            return Err(VerbsError::InvalidArgument("max_inline_data"));
+        }
+        if self.qps.len() >= 1 << 20 {
+            return Err(VerbsError::Exhausted("QP numbers"));
+        }
+        let qpn = loop {
+            let q = (self.rng.next_u32() & 0xff_ffff).max(0x11);
+            if !self.qps.contains_key(&q) {
+                break q;
+            }
+        };
+        self.qps.insert(qpn, Qp::new(Qpn::new(qpn), pd, init));
+        Ok(qpn)
+    }
+
+    /// `ibv_create_qp` with a chosen QP number (replaying captures, crafting traffic).
+    pub fn create_qp_with_qpn(&mut self, pd: PdHandle, init: &QpInitAttr, qpn: u32) -> Result<u32, VerbsError> {
+        if qpn == 0 || qpn > 0xff_ffff || self.qps.contains_key(&qpn) {
+            return Err(VerbsError::InvalidArgument("QP number in use or out of range"));
+        }
+        let q = self.create_qp(pd, init)?;
+        let mut qp = self.qps.remove(&q).expect("just created");
+        qp.qpn = Qpn::new(qpn);
+        self.qps.insert(qpn, qp);
+        Ok(qpn)
+    }
+
+    /// `ibv_destroy_qp`.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
+        // Its timer-queue entries are dropped when they come up (`TimerQueue::examine`).
+        self.qps.remove(&qpn).ok_or(VerbsError::NoSuchObject("QP"))?;
+        Ok(())
+    }
+
+    /// A QP, for inspection.
+    pub fn qp(&self, qpn: u32) -> Option<&Qp> {
+        self.qps.get(&qpn)
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, VerbsError> {
+        self.qps.get(&qpn).map(Qp::attr).ok_or(VerbsError::NoSuchObject("QP"))
+    }
+
+    /// `ibv_post_send`.
+    pub fn post_send(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        self.with_qp(qpn, Instant::ZERO, |qp, ctx| qp.post_send(ctx, wr)).ok_or(VerbsError::NoSuchObject("QP"))?
+    }
+
+    /// `ibv_post_recv`.
+    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
+        self.with_qp(qpn, Instant::ZERO, |qp, ctx| qp.post_recv(ctx, wr)).ok_or(VerbsError::NoSuchObject("QP"))?
+    }
+}

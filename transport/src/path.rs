@@ -1,0 +1,188 @@
+//! A QP's path: the headers of every frame it sends ([`FrameTemplate`]), the kernel's flow
+//! label and UDP source port formulas, and the IPv4 identification counters shared by the QPs
+//! of one (source, destination) pair.
+
+use crate::config::{DeviceConfig, Ipv4Ident};
+use crate::verbs::{AddressVector, VerbsError};
+use std::net::IpAddr;
+use uroce_wire::*;
+
+/// The headers of every frame a QP sends, fixed when its path is set.
+#[derive(Clone, Debug)]
+pub(crate) struct FrameTemplate {
+    /// The rendered headers, stamped into every frame.
+    hdr: HeaderTemplate,
+    pub(crate) peer: IpAddr,
+    pub(crate) local: IpAddr,
+    /// Slot of this (source, destination) pair's IPv4 identification counter in [`Idents`]
+    /// (shared by the pair's QPs).
+    ident: Option<u32>,
+}
+
+/// rdma-core / kernel `rdma_calc_flow_label` (`include/rdma/ib_verbs.h`): a 20-bit flow label
+/// from the two QPNs, symmetric in them. `rxe-compat`'s quirk table uses this one.
+pub const fn calc_flow_label(lqpn: u32, rqpn: u32) -> u32 {
+    let mut v = lqpn as u64 * rqpn as u64;
+    v ^= v >> 20;
+    v ^= v >> 40;
+    (v & 0xf_ffff) as u32
+}
+
+/// Kernel `rdma_flow_label_to_udp_sport`: fold a 20-bit flow label into the RoCEv2 source
+/// port range 0xC000..=0xFFFF.
+pub const fn flow_label_to_udp_sport(fl: u32) -> u16 {
+    (((fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14)) | 0xc000) as u16
+}
+
+/// Kernel `rdma_get_udp_sport` (used by rxe since 5.x, set in `rxe_modify_qp`, and by mlx5):
+/// the UDP source port from the AV's flow label, or from the QPNs when there is none.
+/// Symmetric in the two QPNs.
+pub const fn udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
+    let fl = if flow_label != 0 { flow_label } else { calc_flow_label(lqpn, rqpn) };
+    flow_label_to_udp_sport(fl)
+}
+
+/// The IPv4 identification counters ([`Ipv4Ident::Counter`]), one per (source, destination)
+/// pair, shared by the pair's QPs as the kernel's `ip_idents` buckets are.
+#[derive(Debug, Default)]
+pub(crate) struct Idents {
+    counters: Vec<u16>,
+    slots: std::collections::HashMap<(IpAddr, IpAddr), u32>,
+}
+
+impl Idents {
+    /// The slot of the pair `(local, peer)`, created on first use with a start drawn from the
+    /// device seed and the pair (like the kernel's hashed bucket).
+    fn slot(&mut self, seed: u64, local: IpAddr, peer: IpAddr) -> u32 {
+        if let Some(&i) = self.slots.get(&(local, peer)) {
+            return i;
+        }
+        let mut h = seed ^ 0x9e37_79b9_7f4a_7c15;
+        for b in format!("{local}{peer}").bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+        self.counters.push((h >> 32) as u16);
+        let i = (self.counters.len() - 1) as u32;
+        self.slots.insert((local, peer), i);
+        i
+    }
+}
+
+impl FrameTemplate {
+    /// The template of QP `lqpn` talking to `rqpn` along `av`; an IPv4 path takes its pair's
+    /// identification counter from `idents`.
+    pub(crate) fn new(
+        cfg: &DeviceConfig,
+        idents: &mut Idents,
+        av: &AddressVector,
+        lqpn: u32,
+        rqpn: u32,
+    ) -> Result<FrameTemplate, VerbsError> {
+        let sgid = *cfg.gids.get(av.sgid_index as usize).ok_or(VerbsError::InvalidArgument("sgid_index"))?;
+        let (local, peer) = (sgid.to_ip(), av.dgid.to_ip());
+        // The route's hop limit, not the AV's (see `DeviceConfig::hop_limit`).
+        let hop = cfg.hop_limit;
+        let ip = match (local, peer) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => IpRepr::V4(Ipv4Repr {
+                src_addr: s,
+                dst_addr: d,
+                dscp: av.traffic_class >> 2,
+                ecn: Ecn::from_bits(av.traffic_class),
+                ident: 0,
+                dont_frag: true,
+                ttl: hop,
+                protocol: ipv4::PROTOCOL_UDP,
+                payload_len: 0,
+            }),
+            (IpAddr::V6(s), IpAddr::V6(d)) => IpRepr::V6(Ipv6Repr {
+                src_addr: s,
+                dst_addr: d,
+                dscp: av.traffic_class >> 2,
+                ecn: Ecn::from_bits(av.traffic_class),
+                // rxe `prepare_ipv6_hdr` writes 0; the AV's flow label only feeds the UDP source
+                // port (`rdma_get_udp_sport`).
+                flow_label: 0,
+                hop_limit: hop,
+                next_header: ipv4::PROTOCOL_UDP,
+                payload_len: 0,
+            }),
+            _ => return Err(VerbsError::InvalidArgument("source and destination GIDs of different IP versions")),
+        };
+        let frame = FrameRepr {
+            eth: EthernetRepr {
+                src_addr: cfg.mac,
+                dst_addr: av.dmac,
+                vlan: cfg.vlan.map(|vid| VlanTag { pcp: av.sl & 7, dei: false, vid }),
+                ethertype: EtherType::IPV4,
+            },
+            ip,
+            udp: UdpRepr {
+                src_port: cfg.udp_sport.unwrap_or_else(|| udp_sport(av.flow_label, lqpn, rqpn)),
+                dst_port: ROCE_V2_PORT,
+            },
+            roce: RoceRepr {
+                bth: BthRepr {
+                    opcode: Opcode::RC_ACKNOWLEDGE,
+                    solicited: false,
+                    mig_req: false,
+                    pad_count: 0,
+                    pkey: bth::DEFAULT_PKEY,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: Qpn::new(rqpn),
+                    ack_req: false,
+                    psn: Psn::new(0),
+                },
+                ext: ExtHeaders::default(),
+                payload_len: 0,
+            },
+        };
+        let hdr = HeaderTemplate::new(&frame.eth, &frame.ip, &frame.udp, &frame.roce.bth, cfg.udp_checksum)
+            .map_err(|_| VerbsError::InvalidArgument("address vector"))?;
+        let ident =
+            (cfg.ipv4_ident == Ipv4Ident::Counter && peer.is_ipv4()).then(|| idents.slot(cfg.seed, local, peer));
+        Ok(FrameTemplate { hdr, peer, local, ident })
+    }
+
+    /// Whether a frame from `src` to `dst` travels this QP's path: only the connected peer may
+    /// talk to a QP (rxe `check_addr`). Both receive paths ask here.
+    #[inline]
+    pub(crate) fn is_path(&self, src: IpAddr, dst: IpAddr) -> bool {
+        self.peer == src && self.local == dst
+    }
+
+    /// Emit a whole frame of this QP: headers from the template, the BTH fields and extension
+    /// headers given, the payload appended by `fill` through a [`PayloadWriter`] (copy and ICRC
+    /// in one pass for large payloads); `fill` returns `false` when it could not supply it.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn emit_copy(
+        &self,
+        buf: &mut [u8],
+        idents: &mut Idents,
+        opcode: Opcode,
+        psn: Psn,
+        ack_req: bool,
+        solicited: bool,
+        ext: &ExtHeaders,
+        payload_len: usize,
+        fill: impl FnOnce(&mut PayloadWriter<'_>) -> bool,
+    ) -> Option<usize> {
+        let ident = self.next_ident(idents);
+        let f = PacketFields { ident, opcode, solicited, ack_req, psn };
+        self.hdr.emit_copy(buf, f, ext, payload_len, fill).ok()
+    }
+
+    /// The IPv4 identification of the next frame (and count it).
+    #[inline]
+    fn next_ident(&self, idents: &mut Idents) -> u16 {
+        match self.ident.and_then(|i| idents.counters.get_mut(i as usize)) {
+            Some(c) => {
+                let v = *c;
+                *c = c.wrapping_add(1);
+                v
+            }
+            None => 0,
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Pacing: when a QP's next request packet may leave.
+//!
+//! A rate limit (`Device::set_rate_limit`, what `ibv_modify_qp`'s `rate_limit` does on NICs
+//! with packet pacing, and what congestion control sets) spaces request packets so that each
+//! leaves `bits / rate` after the previous one's departure: a token bucket with no burst. A
+//! QP whose departure time lies ahead sends nothing; its [`crate::timer::Timer::Departure`]
+//! timer wakes it then. The spacing is kept exact to the nanosecond over any number of packets
+//! (the remainder of each division carries into the next).
+
+use crate::time::Instant;
+
+/// A QP's pacer.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Pacer {
+    /// Bits per second; 0 = no limit.
+    rate: u64,
+    /// The earliest departure of the next packet.
+    next: Instant,
+    /// Remainder (in bit·ns units, below `rate`) of the spacing divisions so far.
+    carry: u64,
+}
+
+impl Pacer {
+    /// Set the rate (bits per second, `None`: unlimited). The packet already scheduled keeps
+    /// its departure time.
+    pub fn set_rate(&mut self, bits_per_sec: Option<u64>) {
+        self.rate = bits_per_sec.unwrap_or(0);
+        self.carry = 0;
+    }
+
+    /// The rate limit, if any.
+    pub fn rate(&self) -> Option<u64> {
+        (self.rate != 0).then_some(self.rate)
+    }
+
+    /// `Err(departure)` while the next packet must wait.
+    #[inline]
+    pub fn check(&self, now: Instant) -> Result<(), Instant> {
+        if self.rate == 0 || now >= self.next {
+            Ok(())
+        } else {
+            Err(self.next)
+        }
+    }
+
+    /// A packet of `bytes` left at `now`: the next may leave `bytes·8 / rate` after this
+    /// one's departure time (or after `now`, if the QP was idle past it: no burst credit).
+    #[inline]
+    pub fn on_sent(&mut self, now: Instant, bytes: usize) {
+        if self.rate == 0 {
+            return;
+        }
+        let start = self.next.max(now);
+        let num = (bytes as u128) * 8 * 1_000_000_000 + self.carry as u128;
+        let ns = num / self.rate as u128;
+        self.carry = (num % self.rate as u128) as u64;
+        self.next = start + core::time::Duration::from_nanos(ns.min(u64::MAX as u128) as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spacing_is_exact_over_many_packets() {
+        // 1 Gbit/s, 1000-byte packets: 8 µs each; 3 Gbit/s: 8/3 µs, carried exactly.
+        let mut p = Pacer::default();
+        assert_eq!(p.check(Instant::ZERO), Ok(()));
+        p.set_rate(Some(3_000_000_000));
+        let mut now = Instant::ZERO;
+        for _ in 0..3000 {
+            assert_eq!(p.check(now), Ok(()));
+            p.on_sent(now, 1000);
+            now = p.check(now).unwrap_err();
+        }
+        assert_eq!(now.as_nanos(), 8_000_000, "3000 × 8000 bits at 3 Gbit/s");
+    }
+
+    #[test]
+    fn an_idle_qp_gets_no_burst() {
+        let mut p = Pacer::default();
+        p.set_rate(Some(1_000_000_000));
+        p.on_sent(Instant::ZERO, 125);
+        assert_eq!(p.check(Instant::ZERO), Err(Instant::from_nanos(1000)));
+        p.on_sent(Instant::from_nanos(50_000), 125);
+        assert_eq!(p.check(Instant::from_nanos(50_000)), Err(Instant::from_nanos(51_000)));
+        p.set_rate(None);
+        assert_eq!(p.check(Instant::from_nanos(50_000)), Ok(()));
+    }
+}
