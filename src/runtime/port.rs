@@ -332,7 +332,7 @@ impl Port {
 
     /// How long the port may sleep: until the next engine timer or injector release, capped;
     /// 50 µs when transmission is blocked on the backend.
-    pub fn idle_timeout(&self, cap: Duration) -> Duration {
+    pub fn idle_timeout(&mut self, cap: Duration) -> Duration {
         let now = self.now();
         let mut t = if self.tx_blocked { cap.min(Duration::from_micros(50)) } else { cap };
         if let Some(d) = self.dev.poll_timeout() {
