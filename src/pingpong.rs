@@ -74,6 +74,7 @@ use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 use uroce_rxe_compat::pingpong::{self as oob, PingpongDest};
+use uroce_transport::connect::{self, RcLocal, RcRemote};
 use uroce_transport::*;
 
 /// How long a finished side keeps its QP to re-acknowledge a retransmitted last message.
@@ -510,11 +511,7 @@ pub fn run(cfg: &PingpongConfig, out: &mut dyn Write) -> Result<Summary> {
     let qpn = dev
         .create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false })
         .map_err(|e| anyhow!("Couldn't create QP: {e:?}"))?;
-    let init =
-        QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: AccessFlags::NONE, ..Default::default() };
-    use QpAttrMask as M;
-    dev.modify_qp(qpn, &init, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)
-        .map_err(|e| anyhow!("Failed to modify QP to INIT: {e:?}"))?;
+    connect::to_init(dev, qpn, AccessFlags::NONE).map_err(|e| anyhow!("Failed to modify QP to INIT: {e:?}"))?;
     let psn = dev.random_psn() & 0xff_ffff;
     let mut ctx = Ctx { port, qpn, cq, mr, size };
     let me = PingpongDest { lid: 0, qpn, psn, gid: gid.0 };
@@ -743,7 +740,6 @@ fn connect(
     peer: &PingpongDest,
     dmac: uroce_wire::EthernetAddress,
 ) -> Result<()> {
-    use QpAttrMask as M;
     // rc_pingpong: `if (dest->gid.global.interface_id)` the AH gets a GRH; RoCE needs one.
     if peer.gid[8..].iter().all(|&b| b == 0) {
         bail!(
@@ -752,39 +748,26 @@ fn connect(
             ntop_gid(&peer.gid)
         );
     }
-    let mut a = QpAttr {
-        qp_state: QpState::Rtr,
+    let local = RcLocal {
+        access: AccessFlags::NONE,
+        sgid_index,
         path_mtu: mtu,
-        dest_qp_num: peer.qpn,
-        rq_psn: peer.psn,
+        sq_psn: me.psn,
         max_dest_rd_atomic: 1,
+        max_rd_atomic: 1,
         min_rnr_timer: 12,
-        ah_attr: AddressVector {
-            dgid: Gid(peer.gid),
-            sgid_index,
-            hop_limit: oob::HOP_LIMIT,
-            sl: cfg.sl,
-            dmac,
-            ..Default::default()
-        },
-        ..Default::default()
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        hop_limit: oob::HOP_LIMIT,
+        sl: cfg.sl,
+        ..RcLocal::default()
     };
+    let remote = RcRemote { qpn: peer.qpn, psn: peer.psn, gid: Gid(peer.gid), mac: dmac };
     let qpn = ctx.qpn;
     let dev = ctx.port.device();
-    dev.modify_qp(
-        qpn,
-        &a,
-        M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
-    )
-    .map_err(|e| anyhow!("Failed to modify QP to RTR: {e:?}"))?;
-    a.qp_state = QpState::Rts;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = me.psn;
-    a.max_rd_atomic = 1;
-    dev.modify_qp(qpn, &a, M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC)
-        .map_err(|e| anyhow!("Failed to modify QP to RTS: {e:?}"))?;
+    connect::to_rtr(dev, qpn, &local, &remote).map_err(|e| anyhow!("Failed to modify QP to RTR: {e:?}"))?;
+    connect::to_rts(dev, qpn, &local).map_err(|e| anyhow!("Failed to modify QP to RTS: {e:?}"))?;
     Ok(())
 }
 

@@ -20,6 +20,7 @@ use uroce::io::inject::FaultConfig;
 use uroce::io::netif;
 use uroce::netns::{self, End, NetPair, PairConfig, PathFaults};
 use uroce::runtime::{BackendKind, Port, PortConfig};
+use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
 use uroce_transport::*;
 use uroce_wire::EthernetAddress;
 
@@ -95,35 +96,23 @@ fn ip_seed(ip: IpAddr) -> u64 {
 
 /// Connect a's QP to b's (RTR/RTS) with the given path MTU; `timeout`/`retry` as ibv_qp_attr.
 fn connect(a: &mut Node, b: &Node, mtu: Mtu, timeout: u8, retry: u8) {
-    use QpAttrMask as M;
     let peer_gid = b.port.device_ref().config().gids[b.port.gid_index() as usize];
-    let sgid_index = a.port.gid_index();
-    let dmac = a.peer_mac;
-    let dev = a.port.device();
-    let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    let mut attr = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access, ..Default::default() };
-    dev.modify_qp(a.qpn, &attr, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).unwrap();
-    attr.qp_state = QpState::Rtr;
-    attr.path_mtu = mtu;
-    attr.dest_qp_num = b.qpn;
-    attr.rq_psn = 0x00ff_fff0 ^ b.qpn & 0xff; // near the wrap
-    attr.max_dest_rd_atomic = 16;
-    attr.min_rnr_timer = 1;
-    attr.ah_attr = AddressVector { dgid: peer_gid, sgid_index, hop_limit: 64, dmac, ..Default::default() };
-    dev.modify_qp(
-        a.qpn,
-        &attr,
-        M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    attr.qp_state = QpState::Rts;
-    attr.timeout = timeout;
-    attr.retry_cnt = retry;
-    attr.rnr_retry = 7;
-    attr.sq_psn = 0x00ff_fff0 ^ a.qpn & 0xff;
-    attr.max_rd_atomic = 16;
-    dev.modify_qp(a.qpn, &attr, M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC)
-        .unwrap();
+    let local = RcLocal {
+        access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+        sgid_index: a.port.gid_index(),
+        path_mtu: mtu,
+        sq_psn: 0x00ff_fff0 ^ a.qpn & 0xff, // near the wrap
+        max_dest_rd_atomic: 16,
+        max_rd_atomic: 16,
+        min_rnr_timer: 1,
+        timeout,
+        retry_cnt: retry,
+        rnr_retry: 7,
+        hop_limit: 64,
+        ..RcLocal::default()
+    };
+    let remote = RcRemote { qpn: b.qpn, psn: 0x00ff_fff0 ^ b.qpn & 0xff, gid: peer_gid, mac: a.peer_mac };
+    connect_rc(a.port.device(), a.qpn, &local, &remote).unwrap();
 }
 
 fn pair(a: &mut Node, b: &mut Node, mtu: Mtu) {

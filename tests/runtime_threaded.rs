@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use uroce::io::netif;
 use uroce::netns::{self, End, NetPair, PairConfig};
 use uroce::runtime::{BackendKind, Port, PortConfig, Runtime};
+use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
 use uroce_transport::*;
 use uroce_wire::EthernetAddress;
 
@@ -71,35 +72,23 @@ fn open(end: &End, peer: &End) -> Side {
 }
 
 fn connect(me: &Side, peer: &Side) {
-    use QpAttrMask as M;
-    let (qpn, dmac, sgid_index) = (me.qpn, me.peer_mac, me.gid_index);
-    let (dgid, dqpn) = (peer.gid, peer.qpn);
-    me.rt.with(|d| {
-        let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-        let mut a = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access, ..Default::default() };
-        d.modify_qp(qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).unwrap();
-        a.qp_state = QpState::Rtr;
-        a.path_mtu = Mtu::Mtu1024;
-        a.dest_qp_num = dqpn;
-        a.rq_psn = 100;
-        a.max_dest_rd_atomic = 16;
-        a.min_rnr_timer = 1;
-        a.ah_attr = AddressVector { dgid, sgid_index, hop_limit: 64, dmac, ..Default::default() };
-        d.modify_qp(
-            qpn,
-            &a,
-            M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
-        )
-        .unwrap();
-        a.qp_state = QpState::Rts;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.sq_psn = 100;
-        a.max_rd_atomic = 16;
-        d.modify_qp(qpn, &a, M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC)
-            .unwrap();
-    });
+    let local = RcLocal {
+        access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        sgid_index: me.gid_index,
+        path_mtu: Mtu::Mtu1024,
+        sq_psn: 100,
+        max_dest_rd_atomic: 16,
+        max_rd_atomic: 16,
+        min_rnr_timer: 1,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        hop_limit: 64,
+        ..RcLocal::default()
+    };
+    let remote = RcRemote { qpn: peer.qpn, psn: 100, gid: peer.gid, mac: me.peer_mac };
+    let qpn = me.qpn;
+    me.rt.with(|d| connect_rc(d, qpn, &local, &remote).unwrap());
 }
 
 /// Wait (lock-free) for `n` completions on `s`'s CQ; all must succeed.

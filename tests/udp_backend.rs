@@ -27,9 +27,10 @@ use std::time::{Duration, Instant as StdInstant};
 
 use uroce::io::udp::{UdpBackend, UdpCounters, UdpOptions, PEER_MAC};
 use uroce::io::{netif, Backend};
+use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
 use uroce_transport::{
-    AccessFlags, AddressVector, CqHandle, Device, DeviceConfig, Gid, Instant, Mtu, PdHandle, QpAttr, QpAttrMask, QpCap,
-    QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, CqHandle, Device, DeviceConfig, Gid, Instant, Mtu, PdHandle, QpCap, QpInitAttr, QpType, RecvWr,
+    SendFlags, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use uroce_wire::*;
 
@@ -355,43 +356,23 @@ impl Node {
     }
 
     fn connect(&mut self, peer_qpn: u32, peer_ip: IpAddr, peer_mac: EthernetAddress, psns: (u32, u32), mtu: Mtu) {
-        use QpAttrMask as M;
-        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-        let d = &mut self.dev;
-        let mut a = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access, ..Default::default() };
-        d.modify_qp(self.qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).expect("INIT");
-        a.qp_state = QpState::Rtr;
-        a.path_mtu = mtu;
-        a.dest_qp_num = peer_qpn;
-        a.rq_psn = psns.1;
-        a.max_dest_rd_atomic = 16;
-        a.min_rnr_timer = 12;
-        a.ah_attr = AddressVector {
-            dgid: Gid::from_ip(peer_ip),
+        let local = RcLocal {
+            access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
             sgid_index: 1,
+            path_mtu: mtu,
+            sq_psn: psns.0,
+            max_dest_rd_atomic: 16,
+            max_rd_atomic: 16,
+            min_rnr_timer: 12,
+            timeout: 16, // 0.27 s: a loaded CI machine must not exhaust the retries
+            retry_cnt: 7,
+            rnr_retry: 7,
             hop_limit: 64,
             traffic_class: 0x6a,
-            dmac: peer_mac,
-            ..Default::default()
+            ..RcLocal::default()
         };
-        d.modify_qp(
-            self.qpn,
-            &a,
-            M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
-        )
-        .expect("RTR");
-        a.qp_state = QpState::Rts;
-        a.timeout = 16; // 0.27 s: a loaded CI machine must not exhaust the retries
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.sq_psn = psns.0;
-        a.max_rd_atomic = 16;
-        d.modify_qp(
-            self.qpn,
-            &a,
-            M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
-        )
-        .expect("RTS");
+        let remote = RcRemote { qpn: peer_qpn, psn: psns.1, gid: Gid::from_ip(peer_ip), mac: peer_mac };
+        connect_rc(&mut self.dev, self.qpn, &local, &remote).expect("RESET -> RTS");
     }
 
     /// One round: receive, timers, transmit everything. True if anything happened.

@@ -19,6 +19,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::net::TcpStream;
 use std::time::Duration;
 use uroce_rxe_compat::perftest::{IbMtu, PerftestDest, PerftestSession, SessionConfig};
+use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
 use uroce_transport::*;
 
 const HUGE_PAGE: usize = 2 << 20;
@@ -212,37 +213,24 @@ fn connect_qp(
     sgid_index: u8,
     dmac: uroce_wire::EthernetAddress,
 ) -> Result<()> {
-    use QpAttrMask as M;
-    let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    let mut a = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access, ..Default::default() };
-    dev.modify_qp(c.qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)?;
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = mtu;
-    a.dest_qp_num = c.peer.qpn;
-    a.rq_psn = c.peer.psn;
-    // perftest: max_dest_rd_atomic = my out_reads, max_rd_atomic = the peer's (crosswise).
-    a.max_dest_rd_atomic = c.me.out_reads.min(255) as u8;
-    a.min_rnr_timer = 12;
-    a.ah_attr = AddressVector {
-        dgid: Gid(c.peer.gid),
+    let local = RcLocal {
+        access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
         sgid_index,
+        path_mtu: mtu,
+        sq_psn: c.me.psn,
+        // perftest: max_dest_rd_atomic = my out_reads, max_rd_atomic = the peer's (crosswise).
+        max_dest_rd_atomic: c.me.out_reads.min(255) as u8,
+        max_rd_atomic: c.peer.out_reads.clamp(1, 128) as u8,
+        min_rnr_timer: 12,
+        timeout: cfg.qp_timeout,
+        retry_cnt: 7,
+        rnr_retry: 7,
         hop_limit: 0xff,
         traffic_class: cfg.tclass,
-        dmac,
-        ..Default::default()
+        ..RcLocal::default()
     };
-    dev.modify_qp(
-        c.qpn,
-        &a,
-        M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
-    )?;
-    a.qp_state = QpState::Rts;
-    a.timeout = cfg.qp_timeout;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = c.me.psn;
-    a.max_rd_atomic = c.peer.out_reads.clamp(1, 128) as u8;
-    dev.modify_qp(c.qpn, &a, M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC)?;
+    let remote = RcRemote { qpn: c.peer.qpn, psn: c.peer.psn, gid: Gid(c.peer.gid), mac: dmac };
+    connect_rc(dev, c.qpn, &local, &remote)?;
     Ok(())
 }
 

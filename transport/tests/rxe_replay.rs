@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
 use uroce_transport::*;
 use uroce_wire::opcode::Transport;
 use uroce_wire::{parse_frame, EthernetAddress, Opcode, ParsedFrame, Syndrome};
@@ -178,30 +179,22 @@ fn connect(
     peer_qpn: u32,
     rq_psn: u32,
 ) {
-    use QpAttrMask as M;
-    let mut a = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: ALL, ..Default::default() };
-    dev.modify_qp(qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = Mtu::Mtu1024;
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = rq_psn;
-    a.max_dest_rd_atomic = 128;
-    a.min_rnr_timer = 12;
-    a.ah_attr =
-        AddressVector { dgid: Gid::from_ip(peer_ip), sgid_index, hop_limit: 64, dmac: peer_mac, ..Default::default() };
-    dev.modify_qp(
-        qpn,
-        &a,
-        M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp_state = QpState::Rts;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 16;
-    dev.modify_qp(qpn, &a, M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC)
-        .unwrap();
+    let local = RcLocal {
+        access: ALL,
+        sgid_index,
+        path_mtu: Mtu::Mtu1024,
+        sq_psn: 0,
+        max_dest_rd_atomic: 128,
+        max_rd_atomic: 16,
+        min_rnr_timer: 12,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        hop_limit: 64,
+        ..RcLocal::default()
+    };
+    let remote = RcRemote { qpn: peer_qpn, psn: rq_psn, gid: Gid::from_ip(peer_ip), mac: peer_mac };
+    connect_rc(dev, qpn, &local, &remote).unwrap();
 }
 
 /// The `.pcap` files of `dir` (part of the repository: none is a failure, never a skip).

@@ -129,15 +129,12 @@ fn modify_qp_state_machine_and_attribute_checks() {
     assert_eq!(d.post_recv(q, &RecvWr::default()), Err(VerbsError::InvalidState(QpState::Reset)));
     a.qp_state = QpState::Init;
     a.port_num = 2;
-    assert!(matches!(
-        d.modify_qp(q, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
-        Err(VerbsError::InvalidArgument(_))
-    ));
+    assert!(matches!(d.modify_qp(q, &a, connect::INIT_MASK), Err(VerbsError::InvalidArgument(_))));
     a.port_num = 1;
-    d.modify_qp(q, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).unwrap();
+    d.modify_qp(q, &a, connect::INIT_MASK).unwrap();
     assert_eq!(d.qp(q).unwrap().state(), QpState::Init);
     assert_eq!(d.post_recv(q, &RecvWr::default()), Ok(()));
-    let rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+    let rtr = connect::RTR_MASK;
     a.qp_state = QpState::Rtr;
     a.ah_attr = AddressVector { dgid: Gid::from(ipv4(2)), sgid_index: 1, dmac: mac(2), ..Default::default() };
     a.dest_qp_num = 0x123;
@@ -155,7 +152,7 @@ fn modify_qp_state_machine_and_attribute_checks() {
     }
     assert_eq!(d.modify_qp(q, &a, rtr.minus(M::RQ_PSN)), Err(VerbsError::MissingAttribute { missing: M::RQ_PSN }));
     d.modify_qp(q, &a, rtr).unwrap();
-    let rts = M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
+    let rts = connect::RTS_MASK;
     a.qp_state = QpState::Rts;
     a.retry_cnt = 8;
     assert!(matches!(d.modify_qp(q, &a, rts), Err(VerbsError::InvalidArgument("retry_cnt"))));
@@ -183,7 +180,6 @@ fn modify_qp_state_machine_and_attribute_checks() {
 
 #[test]
 fn path_mtu_is_bounded_by_the_port() {
-    use QpAttrMask as M;
     let mut cfg = device(1, 1).config().clone();
     cfg.active_mtu = Mtu::for_link_mtu(1500);
     assert_eq!(cfg.active_mtu, Mtu::Mtu1024, "rxe: 1500-byte link -> IB MTU 1024");
@@ -192,14 +188,13 @@ fn path_mtu_is_bounded_by_the_port() {
     let pd = d.alloc_pd();
     let cq = d.create_cq(4).unwrap();
     let q = d.create_qp(pd, &init(cq)).unwrap();
-    let a = QpAttr { qp_state: QpState::Init, port_num: 1, ..Default::default() };
-    d.modify_qp(q, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).unwrap();
+    connect::to_init(&mut d, q, AccessFlags::NONE).unwrap();
     let a = QpAttr {
         qp_state: QpState::Rtr,
         path_mtu: Mtu::Mtu2048,
         ah_attr: AddressVector { dgid: Gid::from(ipv4(2)), sgid_index: 1, ..Default::default() },
         ..Default::default()
     };
-    let rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+    let rtr = connect::RTR_MASK;
     assert!(matches!(d.modify_qp(q, &a, rtr), Err(VerbsError::InvalidArgument(_))));
 }

@@ -4,6 +4,7 @@
 use super::*;
 use std::cell::RefCell;
 use std::rc::Rc;
+use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
 use uroce_transport::sim::setup::{self, QpEnd, QpOptions, ALL_ACCESS};
 use uroce_transport::sim::{LinkConfig, Network};
 use uroce_transport::*;
@@ -34,36 +35,25 @@ fn device(i: u8, quirks: Quirks) -> Device {
 
 /// RESET → INIT → RTR → RTS like perftest's `ctx_modify_qp_to_rtr/rts`, with `path`'s AV.
 fn connect_one(net: &mut Network, me: &QpEnd, peer: &QpEnd, psns: (u32, u32), o: &QpOptions, path: Path) {
-    use QpAttrMask as M;
     let sgid_index = if path.ipv6 { 2 } else { 1 };
     let peer_cfg = net.dev(peer.node).config().clone();
-    let d = net.dev(me.node);
-    let mut a = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: o.access, ..Default::default() };
-    d.modify_qp(me.qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = o.mtu;
-    a.dest_qp_num = peer.qpn;
-    a.rq_psn = psns.1;
-    a.max_dest_rd_atomic = o.rd_atomic;
-    a.min_rnr_timer = o.min_rnr_timer;
-    a.ah_attr = AddressVector {
-        dgid: peer_cfg.gids[sgid_index as usize],
+    let local = RcLocal {
+        access: o.access,
         sgid_index,
+        path_mtu: o.mtu,
+        sq_psn: psns.0,
+        max_dest_rd_atomic: o.rd_atomic,
+        max_rd_atomic: o.rd_atomic,
+        min_rnr_timer: o.min_rnr_timer,
+        timeout: o.timeout,
+        retry_cnt: o.retry_cnt,
+        rnr_retry: o.rnr_retry,
         hop_limit: path.hop_limit,
         flow_label: path.flow_label,
-        dmac: peer_cfg.mac,
-        ..Default::default()
+        ..RcLocal::default()
     };
-    let rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
-    d.modify_qp(me.qpn, &a, rtr).unwrap();
-    a.qp_state = QpState::Rts;
-    a.timeout = o.timeout;
-    a.retry_cnt = o.retry_cnt;
-    a.rnr_retry = o.rnr_retry;
-    a.sq_psn = psns.0;
-    a.max_rd_atomic = o.rd_atomic;
-    let rts = M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
-    d.modify_qp(me.qpn, &a, rts).unwrap();
+    let remote = RcRemote { qpn: peer.qpn, psn: psns.1, gid: peer_cfg.gids[sgid_index as usize], mac: peer_cfg.mac };
+    connect_rc(net.dev(me.node), me.qpn, &local, &remote).unwrap();
 }
 
 /// Two uroce devices with one RC QP pair (perftest's QP attributes), the wire tapped.

@@ -2,6 +2,7 @@
 //! ibv_rc_pingpong) does: RESET → INIT → RTR → RTS with the peer's QPN, PSN and GID.
 
 use super::Network;
+use crate::connect::{connect_rc, RcLocal, RcRemote};
 use crate::device::{Device, DeviceConfig, MrInfo};
 use crate::verbs::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -111,39 +112,25 @@ pub fn connect_one(
     peer_psn: u32,
     o: &QpOptions,
 ) -> Result<(), VerbsError> {
-    use QpAttrMask as M;
     let sgid_index = if o.ipv6 { 2 } else { 1 };
     let peer_cfg = net.dev(peer.node).config().clone();
-    let dgid = peer_cfg.gids[sgid_index as usize];
-    let d = net.dev(me.node);
-    let mut a = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: o.access, ..Default::default() };
-    d.modify_qp(me.qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)?;
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = o.mtu;
-    a.dest_qp_num = peer.qpn;
-    a.rq_psn = peer_psn;
-    a.max_dest_rd_atomic = o.rd_atomic;
-    a.min_rnr_timer = o.min_rnr_timer;
-    a.ah_attr = AddressVector {
-        dgid,
+    let local = RcLocal {
+        access: o.access,
         sgid_index,
+        path_mtu: o.mtu,
+        sq_psn: my_psn,
+        max_dest_rd_atomic: o.rd_atomic,
+        max_rd_atomic: o.rd_atomic,
+        min_rnr_timer: o.min_rnr_timer,
+        timeout: o.timeout,
+        retry_cnt: o.retry_cnt,
+        rnr_retry: o.rnr_retry,
         hop_limit: 64,
         traffic_class: o.traffic_class,
-        dmac: peer_cfg.mac,
-        ..Default::default()
+        ..RcLocal::default()
     };
-    d.modify_qp(
-        me.qpn,
-        &a,
-        M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
-    )?;
-    a.qp_state = QpState::Rts;
-    a.timeout = o.timeout;
-    a.retry_cnt = o.retry_cnt;
-    a.rnr_retry = o.rnr_retry;
-    a.sq_psn = my_psn;
-    a.max_rd_atomic = o.rd_atomic;
-    d.modify_qp(me.qpn, &a, M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC)
+    let remote = RcRemote { qpn: peer.qpn, psn: peer_psn, gid: peer_cfg.gids[sgid_index as usize], mac: peer_cfg.mac };
+    connect_rc(net.dev(me.node), me.qpn, &local, &remote)
 }
 
 /// Create and connect an RC QP pair between nodes `a` and `b`.
