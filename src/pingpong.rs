@@ -67,14 +67,13 @@
 //! reading ("forever"); with a stock rxe peer that stalls longer than 8 x 67 ms (a starved
 //! emulated guest) only the latter survives, as rxe-to-rxe would.
 
-use crate::io::netif;
+use crate::runtime::connect::{self, RcLocal, RcRemote};
 use crate::runtime::{BackendKind, Port, PortConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpStream};
 use std::time::{Duration, Instant};
 use uroce_rxe_compat::pingpong::{self as oob, PingpongDest};
-use uroce_transport::connect::{self, RcLocal, RcRemote};
 use uroce_transport::*;
 
 /// How long a finished side keeps its QP to re-acknowledge a retransmitted last message.
@@ -303,45 +302,22 @@ pub fn result_lines(size: u32, iters: u32, usec: f64) -> [String; 2] {
     ]
 }
 
+/// The local address: `--local-ip`, or `-g`'s GID of `-d` (rc_pingpong's wording when the
+/// index is not there), or the IPv4-mapped one.
 fn pick_local_ip(cfg: &PingpongConfig) -> Result<IpAddr> {
-    if let Some(ip) = cfg.local_ip {
-        return Ok(ip);
-    }
-    let name = cfg.ifname.as_deref().context("give the interface with -d, or a local address with --local-ip")?;
-    let i = netif::Interface::by_name(name).with_context(|| format!("interface {name}"))?;
-    let ips = i.addresses();
-    // The GID table in rxe's order (as runtime::Port builds it): link-local, IPv4, other IPv6.
-    let ll = |ip: &IpAddr| matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
-    let mut order: Vec<IpAddr> = ips.iter().filter(|ip| ll(ip)).copied().collect();
-    order.extend(ips.iter().filter(|ip| ip.is_ipv4()));
-    order.extend(ips.iter().filter(|ip| ip.is_ipv6() && !ll(ip)));
-    match cfg.gid_index {
+    connect::choose_local_ip(cfg.ifname.as_deref(), cfg.local_ip, cfg.gid_index).map_err(|e| match e {
         // `ibv_query_gid` failing: "can't read sgid of index %d".
-        Some(x) => order.get(x as usize).copied().with_context(|| format!("can't read sgid of index {x} ({name})")),
-        None => order
-            .iter()
-            .find(|ip| ip.is_ipv4())
-            .or(order.first())
-            .copied()
-            .with_context(|| format!("{name} has no IP address")),
-    }
+        connect::GidChoiceError::NoIndex { name, index } => anyhow!("can't read sgid of index {index} ({name})"),
+        e => anyhow!(e),
+    })
 }
 
+/// rc_pingpong's `pp_client_exch_dest` connect, waiting up to `timeout` for the server.
 fn connect_tcp(host: &str, port: u16, timeout: Duration) -> Result<TcpStream> {
-    let addrs: Vec<SocketAddr> =
-        std::net::ToSocketAddrs::to_socket_addrs(&(host, port)).with_context(|| format!("resolve {host}"))?.collect();
-    let deadline = Instant::now() + timeout;
-    loop {
-        for a in &addrs {
-            if let Ok(s) = TcpStream::connect_timeout(a, Duration::from_secs(1)) {
-                return Ok(s);
-            }
-        }
-        if Instant::now() >= deadline {
-            bail!("Couldn't connect to {host}:{port}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    connect::connect_tcp(host, port, timeout, || {}).map_err(|e| match e {
+        connect::TcpConnectError::Resolve(e) => anyhow!(e).context(format!("resolve {host}")),
+        connect::TcpConnectError::Timeout(_) => anyhow!("Couldn't connect to {host}:{port}"),
+    })
 }
 
 /// The QP and its buffer.
@@ -542,23 +518,14 @@ fn session(
     // The server listens before it prints its address, so the line means "ready".
     let listener = match client {
         true => None,
-        false => Some(
-            TcpListener::bind(("::", cfg.port))
-                .or_else(|_| TcpListener::bind(("0.0.0.0", cfg.port)))
-                .with_context(|| format!("Couldn't listen to port {}", cfg.port))?,
-        ),
+        false => {
+            Some(connect::listen_tcp(cfg.port, true).with_context(|| format!("Couldn't listen to port {}", cfg.port))?)
+        }
     };
     writeln!(out, "{}", address_line(true, &me))?;
     out.flush()?;
 
-    let dmac = |peer: &PingpongDest| -> Result<uroce_wire::EthernetAddress> {
-        let ip = Gid(peer.gid).to_ip();
-        match &cfg.ifname {
-            Some(name) => netif::resolve_mac(name, ip, Duration::from_secs(5))
-                .with_context(|| format!("resolve the MAC of {ip} on {name}")),
-            None => Ok(uroce_wire::EthernetAddress([0x02, 0, 0, 0, 0, 0x02])),
-        }
-    };
+    let dmac = |peer: &PingpongDest| connect::peer_mac(cfg.ifname.as_deref(), Gid(peer.gid).to_ip());
     let remote = match (&cfg.host, listener) {
         (Some(host), _) => {
             let s = connect_tcp(host, cfg.port, cfg.connect_timeout)?;

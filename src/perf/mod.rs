@@ -12,11 +12,10 @@ mod lat;
 mod report;
 mod setup;
 
-use crate::io::netif;
-use crate::runtime::{BackendKind, Port, PortConfig};
+use crate::runtime::{connect, BackendKind, Port, PortConfig};
 use anyhow::{anyhow, bail, Context, Result};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::time::{Duration, Instant as StdInstant};
+use std::net::{IpAddr, TcpStream};
+use std::time::Duration;
 use uroce_rxe_compat::perftest::{PerftestDest, PerftestSession, TestKind};
 use uroce_transport::*;
 
@@ -383,35 +382,9 @@ pub(crate) struct Run {
     pub cpu: Option<(u64, u64)>,
 }
 
-fn pick_local_ip(cfg: &PerfConfig) -> Result<(IpAddr, Option<u8>)> {
-    if let Some(ip) = cfg.local_ip {
-        return Ok((ip, None));
-    }
-    let name = cfg.ifname.as_deref().context("give the interface with -d, or a local address with --local-ip")?;
-    let i = netif::Interface::by_name(name).with_context(|| format!("interface {name}"))?;
-    let ips = i.addresses();
-    // The GID table in rxe's order (see runtime::Port): link-local, IPv4, other IPv6.
-    let ll = |ip: &IpAddr| matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
-    let mut order: Vec<IpAddr> = ips.iter().filter(|ip| ll(ip)).copied().collect();
-    order.extend(ips.iter().filter(|ip| ip.is_ipv4()));
-    order.extend(ips.iter().filter(|ip| ip.is_ipv6() && !ll(ip)));
-    match cfg.gid_index {
-        Some(x) => {
-            order.get(x as usize).map(|ip| (*ip, Some(x))).with_context(|| format!("{name} has no GID index {x}"))
-        }
-        // perftest on RoCE is usually run with the IPv4-mapped GID; default to it.
-        None => order
-            .iter()
-            .find(|ip| ip.is_ipv4())
-            .or(order.first())
-            .map(|ip| (*ip, None))
-            .with_context(|| format!("{name} has no IP address")),
-    }
-}
-
 /// Run a test end to end; the report goes to `out`.
 pub fn run(cfg: PerfConfig, out: Box<dyn std::io::Write>) -> Result<Option<BwResult>> {
-    let (local_ip, _) = pick_local_ip(&cfg)?;
+    let local_ip = connect::choose_local_ip(cfg.ifname.as_deref(), cfg.local_ip, cfg.gid_index)?;
     let port = Port::open(PortConfig {
         ifname: cfg.ifname.clone(),
         local_ip,
@@ -424,9 +397,7 @@ pub fn run(cfg: PerfConfig, out: Box<dyn std::io::Write>) -> Result<Option<BwRes
     let stream = match &cfg.host {
         Some(h) => connect_tcp(h, cfg.port, cfg.connect_timeout)?,
         None => {
-            let l = TcpListener::bind(("0.0.0.0", cfg.port))
-                .or_else(|_| TcpListener::bind(("::", cfg.port)))
-                .with_context(|| format!("listen on TCP port {}", cfg.port))?;
+            let l = connect::listen_tcp(cfg.port, false).with_context(|| format!("listen on TCP port {}", cfg.port))?;
             let (s, peer) = l.accept().context("accept the perftest connection")?;
             tracing::info!(%peer, "perftest client connected");
             s
@@ -475,32 +446,20 @@ pub fn counters_report(port: &Port) -> String {
 /// Connect to the server, retrying (perftest's client gives up at once; uroce's waits, so a
 /// client may start first) and saying so on stderr after the first refusal.
 fn connect_tcp(host: &str, port: u16, timeout: Duration) -> Result<TcpStream> {
-    let addrs: Vec<SocketAddr> =
-        std::net::ToSocketAddrs::to_socket_addrs(&(host, port)).with_context(|| format!("resolve {host}"))?.collect();
-    let start = StdInstant::now();
-    let mut last_err = None;
-    let mut told = false;
-    loop {
-        for a in &addrs {
-            match TcpStream::connect_timeout(a, Duration::from_secs(1)) {
-                Ok(s) => return Ok(s),
-                Err(e) => last_err = Some(e),
-            }
+    let waiting = || {
+        eprintln!(
+            "uroce perf: waiting for a perftest server at {host}:{port} (up to {} s; start `uroce perf <test>` \
+             or `ib_<test>` there without a host)",
+            timeout.as_secs()
+        )
+    };
+    connect::connect_tcp(host, port, timeout, waiting).map_err(|e| match e {
+        connect::TcpConnectError::Resolve(e) => anyhow!(e).context(format!("resolve {host}")),
+        connect::TcpConnectError::Timeout(last) => {
+            let why = last.map_or_else(String::new, |e| format!(": {e}"));
+            anyhow!("no perftest server at {host}:{port} after {} s{why}", timeout.as_secs())
         }
-        if !told {
-            told = true;
-            eprintln!(
-                "uroce perf: waiting for a perftest server at {host}:{port} (up to {} s; start `uroce perf <test>` \
-                 or `ib_<test>` there without a host)",
-                timeout.as_secs()
-            );
-        }
-        if start.elapsed() >= timeout {
-            let why = last_err.map_or_else(String::new, |e| format!(": {e}"));
-            bail!("no perftest server at {host}:{port} after {} s{why}", timeout.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
 }
 
 impl Run {

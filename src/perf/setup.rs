@@ -13,13 +13,13 @@
 //! much of it the kernel backed with huge pages. It fails, as perftest does, when transparent
 //! huge pages are off.
 
-use super::{netif, Conn, PerfConfig, Run, Test};
+use super::{Conn, PerfConfig, Run, Test};
+use crate::runtime::connect::{self, connect_rc, RcLocal, RcRemote};
 use crate::runtime::Port;
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::TcpStream;
 use std::time::Duration;
 use uroce_rxe_compat::perftest::{IbMtu, PerftestDest, PerftestSession, SessionConfig};
-use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
 use uroce_transport::*;
 
 const HUGE_PAGE: usize = 2 << 20;
@@ -186,12 +186,7 @@ pub(super) fn setup(cfg: PerfConfig, mut port: Port, stream: TcpStream, out: Box
         c.peer = p;
     }
     // Connect like perftest's ctx_modify_qp_to_rtr / _rts.
-    let peer_ip = Gid(conns[0].peer.gid).to_ip();
-    let dmac = match &cfg.ifname {
-        Some(name) => netif::resolve_mac(name, peer_ip, Duration::from_secs(5))
-            .with_context(|| format!("resolve the MAC of {peer_ip} on {name}"))?,
-        None => uroce_wire::EthernetAddress([0x02, 0, 0, 0, 0, 0x02]),
-    };
+    let dmac = connect::peer_mac(cfg.ifname.as_deref(), Gid(conns[0].peer.gid).to_ip())?;
     for c in &conns {
         connect_qp(port.device(), c, &cfg, mtu, gid_index, dmac)?;
     }

@@ -11,6 +11,7 @@
 //!   and a wake-up eventfd, never longer than the next engine timer) when the device is idle,
 //!   so an idle device does not burn a core.
 
+pub mod connect;
 mod port;
 mod threaded;
 

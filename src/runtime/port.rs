@@ -100,16 +100,6 @@ fn link_down_ok(r: std::io::Result<()>, stats: &mut PortStats) -> std::io::Resul
 /// Frames sent per [`Port::poll`] round by default.
 pub const DEFAULT_TX_BUDGET: u32 = 128;
 
-/// The GID table rxe builds for a netdev: IPv6 link-local first, then IPv4 (as IPv4-mapped),
-/// then the other IPv6 addresses.
-fn gid_order(ips: &[IpAddr]) -> Vec<IpAddr> {
-    let ll = |ip: &IpAddr| matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
-    let mut out: Vec<IpAddr> = ips.iter().filter(|ip| ll(ip)).copied().collect();
-    out.extend(ips.iter().filter(|ip| ip.is_ipv4()));
-    out.extend(ips.iter().filter(|ip| ip.is_ipv6() && !ll(ip)));
-    out
-}
-
 impl Port {
     /// Open the backend and build the engine for it.
     pub fn open(cfg: PortConfig) -> anyhow::Result<Port> {
@@ -124,7 +114,7 @@ impl Port {
         if !ips.contains(&cfg.local_ip) {
             anyhow::bail!("{} is not an address of {}", cfg.local_ip, cfg.ifname.as_deref().unwrap_or("this host"));
         }
-        ips = gid_order(&ips);
+        ips = super::connect::gid_order(&ips);
         let backend: Box<dyn Backend> = match &cfg.backend {
             BackendKind::Xdp(o) => {
                 let name = cfg.ifname.as_deref().context("the AF_XDP backend needs an interface (-d)")?;
