@@ -264,33 +264,14 @@ pub fn quirk(id: QuirkId) -> Option<&'static Quirk> {
 /// The RoCEv2 UDP destination port (IANA; rxe `ROCE_V2_UDP_DPORT`).
 pub const ROCE_V2_UDP_DPORT: u16 = 4791;
 
-/// Lowest RoCEv2 UDP source port rxe uses (`RXE_ROCE_V2_SPORT`, `IB_ROCE_UDP_ENCAP_VALID_PORT_MIN`).
-pub const ROCE_V2_SPORT_MIN: u16 = 0xc000;
-
-/// `include/rdma/ib_verbs.h` `rdma_calc_flow_label`: a 20-bit flow label symmetric in the two QPNs.
-pub const fn calc_flow_label(lqpn: u32, rqpn: u32) -> u32 {
-    let mut v = lqpn as u64 * rqpn as u64;
-    v ^= v >> 20;
-    v ^= v >> 40;
-    (v & 0xf_ffff) as u32
-}
-
-/// `include/rdma/ib_verbs.h` `rdma_flow_label_to_udp_sport`: fold a 20-bit flow label to 14 bits
-/// and set the top two bits.
-pub const fn flow_label_to_udp_sport(fl: u32) -> u16 {
-    let low = (fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14);
-    (low as u16) | ROCE_V2_SPORT_MIN
-}
-
-/// The UDP source port of an RC/UC QP whose address vector has a GRH (always, for RoCEv2):
-/// `rdma_get_udp_sport(ah_attr.grh.flow_label, qp_num, dest_qp_num)`, set by `rxe_modify_qp`
-/// (`rxe_verbs.c`) whenever `IB_QP_AV` is modified. Symmetric in the two QPNs, so both
+/// The UDP source port and flow label formulas, shared with the engine (stated once, in
+/// `uroce_transport::formulas`): `ROCE_V2_SPORT_MIN` (rxe `RXE_ROCE_V2_SPORT`),
+/// `rdma_calc_flow_label`, `rdma_flow_label_to_udp_sport`, and the RC/UC source port
+/// `rdma_get_udp_sport(ah_attr.grh.flow_label, qp_num, dest_qp_num)` that `rxe_modify_qp`
+/// (`rxe_verbs.c`) sets whenever `IB_QP_AV` is modified: symmetric in the two QPNs, so both
 /// directions of a connection use the same port when the flow label is 0 (perftest,
 /// ibv_rc_pingpong) or the same on both sides (RDMA-CM, [`rdma_cm_flow_label`]).
-pub const fn rc_udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
-    let fl = if flow_label != 0 { flow_label & 0xf_ffff } else { calc_flow_label(lqpn, rqpn) };
-    flow_label_to_udp_sport(fl)
-}
+pub use uroce_transport::formulas::{calc_flow_label, flow_label_to_udp_sport, rc_udp_sport, ROCE_V2_SPORT_MIN};
 
 /// `include/linux/hash.h` `GOLDEN_RATIO_32` (x86-64 has no arch `hash_32`).
 pub const GOLDEN_RATIO_32: u32 = 0x61c8_8647;
@@ -369,33 +350,21 @@ pub const AETH_ACK_UNLIMITED: u8 = 0x1f;
 /// `rxe_param.h` `RXE_MAX_PKT_PER_ACK`.
 pub const RXE_MAX_PKT_PER_ACK: u32 = 64;
 
-/// rxe's AckReq rule (`rxe_req.c` `init_req_packet`, RC only):
-/// `ack_req = END || qp->req.noack_pkts++ > RXE_MAX_PKT_PER_ACK`, `noack_pkts = 0` when set.
-/// The post-increment compares the count *before* this packet, so after an AckReq packet 65
-/// packets go without one and the 66th carries it. The counter is per QP, is not reset by a
-/// retry (only by a QP reset) and counts every packet built, retransmissions included.
+/// rxe's AckReq rule (`rxe_req.c` `init_req_packet`) with rxe's interval,
+/// [`RXE_MAX_PKT_PER_ACK`]: the engine's [`uroce_transport::formulas::AckReqCadence`], where
+/// the rule is stated.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AckReqCadence {
-    noack_pkts: u32,
-}
+pub struct AckReqCadence(uroce_transport::formulas::AckReqCadence);
 
 impl AckReqCadence {
     /// A fresh QP.
     pub const fn new() -> AckReqCadence {
-        AckReqCadence { noack_pkts: 0 }
+        AckReqCadence(uroce_transport::formulas::AckReqCadence::new())
     }
     /// Whether the next request packet (`end`: the last or only packet of its message) carries
     /// AckReq.
     pub fn packet(&mut self, end: bool) -> bool {
-        let ack = end || {
-            let before = self.noack_pkts;
-            self.noack_pkts = before.saturating_add(1);
-            before > RXE_MAX_PKT_PER_ACK
-        };
-        if ack {
-            self.noack_pkts = 0;
-        }
-        ack
+        self.0.packet(end, RXE_MAX_PKT_PER_ACK)
     }
 }
 
@@ -410,35 +379,20 @@ pub const RXE_SEND_WINDOW_PSNS: u32 = RXE_MAX_UNACKED_PSNS + 1;
 
 /// Whether rxe sends a packet whose PSN is `ahead` past the oldest unacknowledged PSN.
 pub const fn send_window_allows(ahead: u32) -> bool {
-    ahead <= RXE_MAX_UNACKED_PSNS
+    uroce_transport::formulas::send_window_allows(ahead as i32, RXE_MAX_UNACKED_PSNS)
 }
 
-/// retry_cnt / rnr_retry value meaning "retry forever" in rxe (`rxe_comp.c` `rxe_completer`:
-/// `if (qp->comp.retry_cnt != 7) qp->comp.retry_cnt--`, same for `rnr_retry`).
-pub const RETRY_INFINITE: u8 = 7;
-
-/// What rxe's completer does with a retry counter when a retry is due.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RetryStep {
-    /// Retry; the counter is now `left`.
-    Retry {
-        /// Counter after this retry.
-        left: u8,
-    },
-    /// The counter was 0: complete with `IB_WC_RETRY_EXC_ERR` / `IB_WC_RNR_RETRY_EXC_ERR`.
-    Exhausted,
-}
+/// `RETRY_INFINITE` (7) and [`RetryStep`]: the engine's, where the rule is stated.
+pub use uroce_transport::formulas::{RetryStep, RETRY_INFINITE};
 
 /// One step of `retry_cnt` (timeouts, PSN NAKs, implicit NAKs) or `rnr_retry` (RNR NAKs) in rxe:
-/// 0 → exhausted, 7 → retry and stay 7, else retry and decrement. Both counters go back to the
-/// QP's attribute values on every ACK or response that makes progress
-/// (`rxe_comp.c` `reset_retry_counters`).
+/// 0 → exhausted, 7 → retry and stay 7 (`rxe_comp.c` `rxe_completer`: `if (qp->comp.retry_cnt
+/// != 7) qp->comp.retry_cnt--`, same for `rnr_retry`), else retry and decrement. Both counters
+/// go back to the QP's attribute values on every ACK or response that makes progress
+/// (`reset_retry_counters`). The engine's [`uroce_transport::formulas::retry_step`] with 7
+/// infinite.
 pub const fn retry_step(left: u8) -> RetryStep {
-    match left {
-        0 => RetryStep::Exhausted,
-        RETRY_INFINITE => RetryStep::Retry { left: RETRY_INFINITE },
-        n => RetryStep::Retry { left: n - 1 },
-    }
+    uroce_transport::formulas::retry_step(left, true)
 }
 
 /// rxe's RNR timer table (`rxe_comp.c` `rnrnak_usec[32]`), µs per 5-bit code: the spec's
@@ -482,19 +436,9 @@ pub const fn rnr_nak_syndrome(min_rnr_timer: u8) -> u8 {
 pub const PSN_SEQ_NAK_SYNDROME: u8 = 0x60;
 
 /// PSNs a READ request of `len` bytes consumes at path MTU `mtu` = its response packets:
-/// `max(ceil(len / mtu), 1)` (`rxe_req.c` `update_wqe_psn`, `rxe_resp.c` `rxe_prepare_res`).
-/// `mtu == 0` (not a path MTU) counts as one packet.
-pub const fn read_psns(len: u32, mtu: u32) -> u32 {
-    if mtu == 0 {
-        return 1;
-    }
-    let n = len.div_ceil(mtu);
-    if n == 0 {
-        1
-    } else {
-        n
-    }
-}
+/// `max(ceil(len / mtu), 1)` (`rxe_req.c` `update_wqe_psn`, `rxe_resp.c` `rxe_prepare_res`);
+/// `mtu == 0` counts as one packet. The engine's, where the rule is stated.
+pub use uroce_transport::formulas::read_psns;
 
 /// `rxe_param.h` `RXE_MAX_QP_RD_ATOM` (= `RXE_MAX_QP_INIT_RD_ATOM`): the device's
 /// `max_qp_rd_atom`, which perftest advertises as `out_reads` (128 in the captures' key
@@ -506,14 +450,8 @@ pub const RXE_MAX_QP_RD_ATOM: u32 = 128;
 /// `alloc_rd_atomic_resources`). A ring: `rxe_prepare_res` recycles the oldest entry ("it is the
 /// requester's job to not send too many"), so a duplicate READ/atomic older than this many
 /// READ/atomic requests finds no entry and is silently dropped. The requester side rounds
-/// `max_rd_atomic` up the same way.
-pub const fn rd_atomic_resources(max_dest_rd_atomic: u8) -> u32 {
-    if max_dest_rd_atomic == 0 {
-        0
-    } else {
-        (max_dest_rd_atomic as u32).next_power_of_two()
-    }
-}
+/// `max_rd_atomic` up the same way. The engine's, where the rule is stated.
+pub use uroce_transport::formulas::rd_atomic_resources;
 
 /// The PSN rxe's ACK for a duplicate SEND/WRITE carries: `resp.ack_psn - 1` (`rxe_resp.c`
 /// `duplicate_request`, C9-105), where `ack_psn` is one past the last SEND/WRITE/atomic packet
@@ -575,8 +513,8 @@ pub const QUIRKS: &[Quirk] = &[
         ],
         evidence: Evidence::Captures("udp_source_port_is_rdma_get_udp_sport"),
         uroce: Uroce::Matches(
-            "transport device::udp_sport is rdma_get_udp_sport for RC (unless DeviceConfig::udp_sport \
-             pins one port, as the kernel-UDP backend must); uroce has no UD/GSI QPs",
+            "the engine's frame template takes formulas::rc_udp_sport, this table's rc_udp_sport (unless \
+             DeviceConfig::udp_sport pins one port, as the kernel-UDP backend must); uroce has no UD/GSI QPs",
         ),
     },
     Quirk {
@@ -698,8 +636,8 @@ pub const QUIRKS: &[Quirk] = &[
              (256-packet messages: packets 66, 132, 198; retransmissions keep the count)",
         ),
         uroce: Uroce::Matches(
-            "requester.rs: AckReq when END or noack_pkts > ack_req_interval (64), i.e. the 66th \
-             packet; the count carries on through a rewind",
+            "formulas::AckReqCadence (this table's AckReqCadence) in the send state: AckReq when END or \
+             noack_pkts > ack_req_interval (64), i.e. the 66th packet; the count carries on through a rewind",
         ),
     },
     Quirk {
@@ -829,7 +767,7 @@ pub const QUIRKS: &[Quirk] = &[
         ),
         source: &[src("drivers/infiniband/sw/rxe/rxe_req.c", "req_retry / rnr_nak_timer")],
         evidence: Evidence::Captures("rnr_retransmission_goes_back_to_the_naked_psn"),
-        uroce: Uroce::Matches("completer on_rnr_nak / retry + requester rewind"),
+        uroce: Uroce::Matches("completer on_rnr_nak → SendState::on_rnr, then on_rnr_timeout (Go-Back-N resume)"),
     },
     Quirk {
         id: QuirkId::DuplicateAckPsn,

@@ -15,6 +15,7 @@ pub mod connect;
 pub mod counters;
 pub mod cq;
 pub mod device;
+pub mod formulas;
 pub mod mr;
 pub mod path;
 pub mod qp;

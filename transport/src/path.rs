@@ -1,8 +1,9 @@
-//! A QP's path: the headers of every frame it sends ([`FrameTemplate`]), the kernel's flow
-//! label and UDP source port formulas, and the IPv4 identification counters shared by the QPs
-//! of one (source, destination) pair.
+//! A QP's path: the headers of every frame it sends ([`FrameTemplate`]; the UDP source port
+//! from [`crate::formulas::rc_udp_sport`]), and the IPv4 identification counters shared by the
+//! QPs of one (source, destination) pair.
 
 use crate::config::{DeviceConfig, Ipv4Ident};
+use crate::formulas::rc_udp_sport;
 use crate::verbs::{AddressVector, VerbsError};
 use std::net::IpAddr;
 use uroce_wire::*;
@@ -17,29 +18,6 @@ pub(crate) struct FrameTemplate {
     /// Slot of this (source, destination) pair's IPv4 identification counter in [`Idents`]
     /// (shared by the pair's QPs).
     ident: Option<u32>,
-}
-
-/// rdma-core / kernel `rdma_calc_flow_label` (`include/rdma/ib_verbs.h`): a 20-bit flow label
-/// from the two QPNs, symmetric in them. `rxe-compat`'s quirk table uses this one.
-pub const fn calc_flow_label(lqpn: u32, rqpn: u32) -> u32 {
-    let mut v = lqpn as u64 * rqpn as u64;
-    v ^= v >> 20;
-    v ^= v >> 40;
-    (v & 0xf_ffff) as u32
-}
-
-/// Kernel `rdma_flow_label_to_udp_sport`: fold a 20-bit flow label into the RoCEv2 source
-/// port range 0xC000..=0xFFFF.
-pub const fn flow_label_to_udp_sport(fl: u32) -> u16 {
-    (((fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14)) | 0xc000) as u16
-}
-
-/// Kernel `rdma_get_udp_sport` (used by rxe since 5.x, set in `rxe_modify_qp`, and by mlx5):
-/// the UDP source port from the AV's flow label, or from the QPNs when there is none.
-/// Symmetric in the two QPNs.
-pub const fn udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
-    let fl = if flow_label != 0 { flow_label } else { calc_flow_label(lqpn, rqpn) };
-    flow_label_to_udp_sport(fl)
 }
 
 /// The IPv4 identification counters ([`Ipv4Ident::Counter`]), one per (source, destination)
@@ -117,7 +95,7 @@ impl FrameTemplate {
             },
             ip,
             udp: UdpRepr {
-                src_port: cfg.udp_sport.unwrap_or_else(|| udp_sport(av.flow_label, lqpn, rqpn)),
+                src_port: cfg.udp_sport.unwrap_or_else(|| rc_udp_sport(av.flow_label, lqpn, rqpn)),
                 dst_port: ROCE_V2_PORT,
             },
             roce: RoceRepr {

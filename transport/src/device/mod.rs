@@ -32,7 +32,7 @@ mod rx;
 mod schedule;
 
 pub use crate::config::{DeviceConfig, Ipv4Ident, Quirks};
-pub use crate::path::{calc_flow_label, udp_sport};
+pub use crate::formulas::{calc_flow_label, rc_udp_sport as udp_sport};
 pub use objects::MrInfo;
 pub use rx::RxDrop;
 

@@ -23,8 +23,9 @@ use uroce_wire::opcode::Operation;
 use uroce_wire::{NakCode, ParsedFrame, Psn, RnrTimer, Syndrome};
 
 impl Qp {
+    /// Whether retry_cnt 7 means "forever" here (the peer quirk; rnr_retry 7 always does).
     fn retry_infinite(&self, ctx: &Ctx<'_>) -> bool {
-        ctx.cfg.quirks.retry_cnt_7_infinite && self.attr.retry_cnt == 7
+        ctx.cfg.quirks.retry_cnt_7_infinite
     }
 
     /// Complete the oldest WQE with `status`.

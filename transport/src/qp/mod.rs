@@ -164,7 +164,7 @@ impl SendWqe {
     pub fn npkts(&self, mtu: usize) -> u32 {
         match self.opcode {
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 1,
-            _ => (self.length as usize).div_ceil(mtu).max(1) as u32,
+            _ => crate::formulas::read_psns(self.length, mtu as u32),
         }
     }
 }

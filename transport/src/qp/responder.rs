@@ -517,9 +517,9 @@ impl Qp {
                 .check(reth.rkey, self.pd, reth.va, reth.dma_len as u64, AccessFlags::REMOTE_READ)
                 .map_err(|_| RespError::RemoteAccess)?;
         }
-        let npkts = (reth.dma_len as usize).div_ceil(mtu).max(1) as u32;
+        let npkts = crate::formulas::read_psns(reth.dma_len, mtu as u32);
         let last_psn = psn.add(npkts - 1);
-        let cap = (self.attr.max_dest_rd_atomic as usize).max(1).next_power_of_two();
+        let cap = crate::formulas::rd_atomic_resources(self.attr.max_dest_rd_atomic).max(1) as usize;
         // C9-148: the MSN counts a READ when it is accepted.
         self.resp.msn = self.resp.msn.add(1);
         let msn = self.resp.msn;
@@ -561,7 +561,7 @@ impl Qp {
             _ => orig.wrapping_add(a.swap_add),
         };
         cell.copy_from_slice(&new.to_le_bytes());
-        let cap = (self.attr.max_dest_rd_atomic as usize).max(1).next_power_of_two();
+        let cap = crate::formulas::rd_atomic_resources(self.attr.max_dest_rd_atomic).max(1) as usize;
         self.resp.add_resource(Resource::Atomic { psn, orig }, cap);
         self.resp.msn = self.resp.msn.add(1);
         self.resp.epsn = psn.add(1);

@@ -9,6 +9,7 @@
 //! plugs in beside it without touching the completer.
 
 use super::SendQueue;
+use crate::formulas::{retry_step, send_window_allows, AckReqCadence, RetryStep};
 use uroce_wire::Psn;
 
 /// Why a retry starts.
@@ -98,7 +99,7 @@ pub(crate) struct SendState {
     /// Bytes of `cur` already sent, or the offset a retried READ resumes at.
     cur_off: u32,
     /// Packets sent since the last AckReq.
-    noack_pkts: u32,
+    cadence: AckReqCadence,
     /// READ/atomic WQEs sent and not completed.
     rd_atomic_inflight: u32,
     /// The QP's `retry_cnt` and `rnr_retry`: what forward progress restores.
@@ -149,16 +150,15 @@ impl SendState {
     pub fn outstanding(&self) -> bool {
         self.una.before(self.next_psn)
     }
-    /// Whether a new WQE may take PSNs: rxe `rxe_requester` stops when
-    /// `psn > una + RXE_MAX_UNACKED_PSNS`, so `window + 1` PSNs may be outstanding.
+    /// Whether a new WQE may take PSNs ([`send_window_allows`] for the next new PSN).
     #[inline]
     pub fn window_open(&self, window: u32) -> bool {
-        self.next_psn.diff(self.una) <= window as i32
+        send_window_allows(self.next_psn.diff(self.una), window)
     }
     /// Whether `psn` lies inside the send window.
     #[inline]
     pub fn in_window(&self, psn: Psn, window: u32) -> bool {
-        psn.diff(self.una) <= window as i32
+        send_window_allows(psn.diff(self.una), window)
     }
     /// Whether a response for PSN `r` is one the requester waits for: sent, not yet
     /// acknowledged (anything else is stale).
@@ -175,13 +175,11 @@ impl SendState {
         self.retry_left
     }
 
-    /// The AckReq rule (rxe `init_req_packet`: `ack_req = END || noack_pkts++ >
-    /// RXE_MAX_PKT_PER_ACK`): on the last packet of every message, and on the packet after
-    /// `interval` without one (the 66th with the default 64). The one place it is stated; the
-    /// transmit fast path asks here too.
+    /// Whether the next packet carries AckReq ([`AckReqCadence`]); the general and the
+    /// transmit fast path both ask here.
     #[inline]
     pub fn ack_req_due(&self, end: bool, interval: u32) -> bool {
-        end || self.noack_pkts > interval
+        self.cadence.due(end, interval)
     }
 
     // --- events from the QP's configuration ---
@@ -217,7 +215,7 @@ impl SendState {
     /// every PSN of its responses), and where the cursor goes.
     #[inline]
     pub fn on_sent(&mut self, ack_req: bool, next: Psn, advance: Advance) {
-        self.noack_pkts = if ack_req { 0 } else { self.noack_pkts + 1 };
+        self.cadence.sent(ack_req);
         if next.after(self.next_psn) {
             self.next_psn = next;
         }
@@ -262,39 +260,37 @@ impl SendState {
 
     /// A loss at `psn` (a NAK PSN sequence error, an implicit NAK, or — through
     /// [`SendState::on_timeout`] — the local ACK timer): resend from `psn`, counting against
-    /// `retry_cnt` unless `infinite` (rxe's `retry_cnt = 7` quirk).
-    pub fn on_nak(&mut self, sq: &SendQueue, mtu: u32, psn: Psn, cause: RetryCause, infinite: bool) -> Retry {
+    /// `retry_cnt` ([`retry_step`]; `seven_is_infinite`: rxe's `retry_cnt = 7` quirk).
+    pub fn on_nak(&mut self, sq: &SendQueue, mtu: u32, psn: Psn, cause: RetryCause, seven_is_infinite: bool) -> Retry {
         if cause != RetryCause::Timeout && self.retrying_from == Some(psn) {
             return Retry::Stale;
         }
-        if self.retry_left == 0 && !infinite {
-            return Retry::Exhausted;
+        match retry_step(self.retry_left, seven_is_infinite) {
+            RetryStep::Exhausted => Retry::Exhausted,
+            RetryStep::Retry { left } => {
+                self.retry_left = left;
+                self.resume(sq, mtu, psn);
+                Retry::Resend(psn)
+            }
         }
-        if !infinite {
-            self.retry_left -= 1;
-        }
-        self.resume(sq, mtu, psn);
-        Retry::Resend(psn)
     }
 
     /// The local ACK timer fired: resend from the oldest unacknowledged PSN (IBTA §9.7.6.1.3);
     /// `None` when nothing is outstanding.
-    pub fn on_timeout(&mut self, sq: &SendQueue, mtu: u32, infinite: bool) -> Option<Retry> {
+    pub fn on_timeout(&mut self, sq: &SendQueue, mtu: u32, seven_is_infinite: bool) -> Option<Retry> {
         if !self.outstanding() {
             return None;
         }
         let una = self.una;
-        Some(self.on_nak(sq, mtu, una, RetryCause::Timeout, infinite))
+        Some(self.on_nak(sq, mtu, una, RetryCause::Timeout, seven_is_infinite))
     }
 
     /// An RNR NAK for `psn`: wait, counting against `rnr_retry` (7 = forever, IBTA
     /// §9.7.5.2.8). The cursor goes back to `psn` now, so nothing newer leaves meanwhile.
     pub fn on_rnr(&mut self, sq: &SendQueue, mtu: u32, psn: Psn) -> Rnr {
-        if self.rnr_retry != 7 {
-            if self.rnr_left == 0 {
-                return Rnr::Exhausted;
-            }
-            self.rnr_left -= 1;
+        match retry_step(self.rnr_left, true) {
+            RetryStep::Exhausted => return Rnr::Exhausted,
+            RetryStep::Retry { left } => self.rnr_left = left,
         }
         self.rnr_psn = psn;
         self.rewind(sq, mtu, psn);
@@ -321,7 +317,7 @@ impl SendState {
     }
 
     /// Move the cursor to where the recovery strategy resumes for `psn`. rxe keeps counting
-    /// packets without AckReq across a retry, so `noack_pkts` stays.
+    /// packets without AckReq across a retry, so the cadence stays.
     fn rewind(&mut self, sq: &SendQueue, mtu: u32, psn: Psn) {
         if let Some((cur, off)) = self.recovery.resume_point(sq, self.cur, psn, mtu) {
             self.cur = cur;
