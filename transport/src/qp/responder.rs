@@ -106,6 +106,23 @@ pub(crate) enum RespError {
 }
 
 impl Responder {
+    /// Acknowledge `psn` if the request asked for it (AckReq), coalescing.
+    #[inline]
+    fn ack_if_requested(&mut self, ack_req: bool, psn: Psn, deferred: &mut u64) {
+        if ack_req {
+            let msn = self.msn;
+            self.push_ack(psn, msn, deferred);
+        }
+    }
+
+    /// A WRITE packet of `n` bytes that does not end its message was placed at `va`: the next
+    /// PSN, and where the next packet's bytes go.
+    #[inline]
+    fn write_continues(&mut self, rkey: u32, va: u64, resid: u32, total: u32, n: u32) {
+        self.epsn = self.epsn.add(1);
+        self.msg = InMsg::Write { rkey, va: va + n as u64, resid: resid - n, total };
+    }
+
     fn push_ack(&mut self, psn: Psn, msn: Msn, deferred: &mut u64) {
         // Coalesce: ACKs are cumulative, so of two ACKs waiting at the tail only the one with
         // the later PSN needs to go out.
@@ -148,6 +165,57 @@ fn class(op: Operation) -> Class {
     }
 }
 
+// The responder's rules, each stated once and used by the general path (`handle_request` →
+// `execute_request` → `exec_*`) and by the receive fast path (`place_write_middle`) alike.
+
+/// The states in which a QP receives requests (IBTA §10.3.1: RTR, RTS, SQD).
+#[inline]
+fn receives(state: QpState) -> bool {
+    matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+}
+
+/// 2. check_op_seq (C9-87): a message continues with the same class, never restarts.
+#[inline]
+fn sequence_ok(msg: &InMsg, cls: Class, pos: Position) -> bool {
+    match (!matches!(msg, InMsg::None), pos.is_start()) {
+        (false, true) => true,
+        (true, false) => matches!((msg, cls), (InMsg::Send { .. }, Class::Send) | (InMsg::Write { .. }, Class::Write)),
+        _ => false,
+    }
+}
+
+/// 3. check_op_valid: what the QP allows (rxe: ERR_UNSUPPORTED_OPCODE → invalid request).
+#[inline]
+fn op_allowed(attr: &QpAttr, op: Operation) -> bool {
+    let qa = attr.qp_access_flags;
+    match op {
+        Operation::Write | Operation::WriteWithImm => qa.contains(AccessFlags::REMOTE_WRITE),
+        Operation::ReadRequest => qa.contains(AccessFlags::REMOTE_READ) && attr.max_dest_rd_atomic > 0,
+        Operation::CompareSwap | Operation::FetchAdd => {
+            qa.contains(AccessFlags::REMOTE_ATOMIC) && attr.max_dest_rd_atomic > 0
+        }
+        Operation::Send | Operation::SendWithImm | Operation::SendWithInv => true,
+        _ => false,
+    }
+}
+
+/// 5. check_length (C9-92): FIRST/MIDDLE carry exactly the PMTU, LAST 1..=PMTU, ONLY ≤ PMTU.
+#[inline]
+fn payload_len_ok(pos: Position, n: usize, mtu: usize) -> bool {
+    match pos {
+        Position::First | Position::Middle => n == mtu,
+        Position::Last => n != 0 && n <= mtu,
+        Position::Only => n <= mtu,
+    }
+}
+
+/// A WRITE packet's payload against what its RETH announced (`resid` bytes still due): more
+/// data, or a message that ends short of it, is a length error (C9-92, rxe `check_length`).
+#[inline]
+fn write_fits(n: usize, resid: u32, end: bool) -> bool {
+    n as u64 <= resid as u64 && (!end || n as u32 == resid)
+}
+
 impl Qp {
     /// Post a receive WR (`ibv_post_recv`).
     pub(crate) fn post_recv(&mut self, ctx: &mut Ctx<'_>, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
@@ -170,7 +238,7 @@ impl Qp {
     /// A request (SEND, WRITE, READ, atomic) arrived for this QP. With `icrc` pending, the
     /// ICRC is checked before the frame has any effect ([`Icrc`]); `Err` when it is wrong.
     pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>, icrc: Icrc) -> Result<(), BadIcrc> {
-        let receiving = matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd);
+        let receiving = receives(self.state);
         // Only the next packet in sequence goes on to execution with its ICRC unchecked.
         let mut icrc = icrc;
         if icrc == Icrc::Pending && !(receiving && p.roce.bth.psn == self.resp.epsn) {
@@ -252,44 +320,12 @@ impl Qp {
         let mtu = self.mtu();
         let payload = p.payload();
 
-        // 2. check_op_seq (C9-87): a message continues with the same class, never restarts.
-        let in_msg = !matches!(self.resp.msg, InMsg::None);
-        let seq_ok = match (in_msg, pos.is_start()) {
-            (false, true) => true,
-            (true, false) => {
-                matches!((&self.resp.msg, cls), (InMsg::Send { .. }, Class::Send) | (InMsg::Write { .. }, Class::Write))
-            }
-            _ => false,
-        };
-        if !seq_ok {
+        if !sequence_ok(&self.resp.msg, cls, pos) || !op_allowed(&self.attr, op) {
             return Err(RespError::InvalidRequest);
         }
-
-        // 3. check_op_valid: what the QP allows (rxe: ERR_UNSUPPORTED_OPCODE → invalid request).
-        let qa = self.attr.qp_access_flags;
-        let allowed = match op {
-            Operation::Write | Operation::WriteWithImm => qa.contains(AccessFlags::REMOTE_WRITE),
-            Operation::ReadRequest => qa.contains(AccessFlags::REMOTE_READ) && self.attr.max_dest_rd_atomic > 0,
-            Operation::CompareSwap | Operation::FetchAdd => {
-                qa.contains(AccessFlags::REMOTE_ATOMIC) && self.attr.max_dest_rd_atomic > 0
-            }
-            Operation::Send | Operation::SendWithImm | Operation::SendWithInv => true,
-            _ => false,
-        };
-        if !allowed {
-            return Err(RespError::InvalidRequest);
-        }
-
         // 5. check_length (C9-92 / C9-94), before consuming resources.
-        if info.has_payload {
-            let ok = match pos {
-                Position::First | Position::Middle => payload.len() == mtu,
-                Position::Last => !payload.is_empty() && payload.len() <= mtu,
-                Position::Only => payload.len() <= mtu,
-            };
-            if !ok {
-                return Err(RespError::InvalidRequest);
-            }
+        if info.has_payload && !payload_len_ok(pos, payload.len(), mtu) {
+            return Err(RespError::InvalidRequest);
         }
         if let Some(reth) = p.roce.ext.reth {
             if reth.dma_len as u64 > super::MAX_MSG_SIZE {
@@ -315,10 +351,7 @@ impl Qp {
     }
 
     fn ack_if_requested(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>) {
-        if p.roce.bth.ack_req {
-            let (psn, msn) = (p.roce.bth.psn, self.resp.msn);
-            self.resp.push_ack(psn, msn, &mut ctx.counters.ack_deferred);
-        }
+        self.resp.ack_if_requested(p.roce.bth.ack_req, p.roce.bth.psn, &mut ctx.counters.ack_deferred);
     }
 
     fn exec_send(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>, pos: Position) -> Result<(), RespError> {
@@ -412,8 +445,7 @@ impl Qp {
                 (reth.rkey, reth.va, reth.dma_len, reth.dma_len)
             }
         };
-        // More data than the RETH announced, or the message ends short of it: length error.
-        if payload.len() as u64 > resid as u64 || (pos.is_end() && payload.len() as u32 != resid) {
+        if !write_fits(payload.len(), resid, pos.is_end()) {
             return Err(RespError::InvalidRequest);
         }
         // 4. check_resources: WRITE with immediate consumes a receive WQE at its end (rxe RWR).
@@ -445,8 +477,8 @@ impl Qp {
         if let Some(d) = dst {
             uroce_wire::copy::bulk_copy(d, payload);
         }
-        self.resp.epsn = self.resp.epsn.add(1);
         if pos.is_end() {
+            self.resp.epsn = self.resp.epsn.add(1);
             self.resp.msg = InMsg::None;
             self.resp.msn = self.resp.msn.add(1);
             if needs_wqe {
@@ -463,8 +495,7 @@ impl Qp {
                 );
             }
         } else {
-            let n = payload.len() as u32;
-            self.resp.msg = InMsg::Write { rkey, va: va + n as u64, resid: resid - n, total };
+            self.resp.write_continues(rkey, va, resid, total, payload.len() as u32);
         }
         self.ack_if_requested(ctx, p);
         Ok(())
@@ -485,15 +516,17 @@ impl Qp {
         b: &uroce_wire::BareFrame<'_>,
         check_icrc: bool,
     ) -> bool {
-        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) || b.bth.psn != self.resp.epsn {
+        // check_psn: the expected PSN, in a receiving state.
+        if !receives(self.state) || b.bth.psn != self.resp.epsn {
+            return false;
+        }
+        let (cls, pos, op) = (Class::Write, Position::Middle, Operation::Write);
+        if !sequence_ok(&self.resp.msg, cls, pos) || !op_allowed(&self.attr, op) {
             return false;
         }
         let InMsg::Write { rkey, va, resid, total } = self.resp.msg else { return false };
-        if !self.attr.qp_access_flags.contains(AccessFlags::REMOTE_WRITE) {
-            return false;
-        }
         let n = b.payload.len();
-        if n != self.mtu() || n as u64 > resid as u64 {
+        if !payload_len_ok(pos, n, self.mtu()) || !write_fits(n, resid, pos.is_end()) {
             return false;
         }
         let Ok(dst) = mrs.slice_mut(rkey, self.pd, va, n, AccessFlags::REMOTE_WRITE) else { return false };
@@ -501,12 +534,8 @@ impl Qp {
             return false;
         }
         uroce_wire::copy::bulk_copy(dst, b.payload);
-        self.resp.epsn = self.resp.epsn.add(1);
-        self.resp.msg = InMsg::Write { rkey, va: va + n as u64, resid: resid - n as u32, total };
-        if b.bth.ack_req {
-            let msn = self.resp.msn;
-            self.resp.push_ack(b.bth.psn, msn, &mut counters.ack_deferred);
-        }
+        self.resp.write_continues(rkey, va, resid, total, n as u32);
+        self.resp.ack_if_requested(b.bth.ack_req, b.bth.psn, &mut counters.ack_deferred);
         self.resp.nak_latched = false;
         true
     }
