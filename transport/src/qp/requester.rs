@@ -212,16 +212,37 @@ impl Qp {
         Ok(())
     }
 
-    fn op_for(w: &super::SendWqe) -> Operation {
-        match w.opcode {
+    /// The opcode of a request packet of a `wr` message at `pos`. Only the last (or only)
+    /// packet carries the immediate / invalidate: FIRST and MIDDLE packets of SEND/WRITE with
+    /// immediate are plain SEND/WRITE FIRST/MIDDLE (IBTA §9.4, Table 36). Both transmit paths
+    /// ask here.
+    #[inline]
+    fn request_opcode(wr: WrOpcode, pos: Position) -> Option<Opcode> {
+        let end = pos.is_end();
+        let op = match wr {
             WrOpcode::Send => Operation::Send,
+            WrOpcode::SendWithImm | WrOpcode::SendWithInv if !end => Operation::Send,
             WrOpcode::SendWithImm => Operation::SendWithImm,
             WrOpcode::SendWithInv => Operation::SendWithInv,
             WrOpcode::RdmaWrite => Operation::Write,
+            WrOpcode::RdmaWriteWithImm if !end => Operation::Write,
             WrOpcode::RdmaWriteWithImm => Operation::WriteWithImm,
             WrOpcode::RdmaRead => Operation::ReadRequest,
             WrOpcode::AtomicCmpAndSwp => Operation::CompareSwap,
             WrOpcode::AtomicFetchAndAdd => Operation::FetchAdd,
+        };
+        Opcode::rc_request(op, pos)
+    }
+
+    /// Where a packet of `n` bytes at byte offset `off` sits in a message of `len` bytes
+    /// (segmentation by path MTU, IBTA §9.7.2).
+    #[inline]
+    fn position(off: u32, n: u32, len: u32) -> Position {
+        match (off == 0, off as u64 + n as u64 >= len as u64) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, true) => Position::Last,
+            (false, false) => Position::Middle,
         }
     }
 
@@ -328,7 +349,6 @@ impl Qp {
         }
         let tpl = self.template.as_ref()?;
         let w = self.sq.get(cur);
-        let op = Self::op_for(w);
         let mut ext = ExtHeaders::default();
         let (position, payload_len, next_off, next_psn, done) = match w.opcode {
             WrOpcode::RdmaRead => {
@@ -347,14 +367,8 @@ impl Qp {
             }
             _ => {
                 let n = (w.length - off).min(mtu as u32);
-                let first = off == 0;
-                let last = off + n == w.length;
-                let pos = match (first, last) {
-                    (true, true) => Position::Only,
-                    (true, false) => Position::First,
-                    (false, true) => Position::Last,
-                    (false, false) => Position::Middle,
-                };
+                let pos = Self::position(off, n, w.length);
+                let last = pos.is_end();
                 if pos.is_start() && matches!(w.opcode, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm) {
                     ext.reth = Some(RethRepr { va: w.remote_addr, rkey: w.rkey, dma_len: w.length });
                 }
@@ -369,14 +383,7 @@ impl Qp {
             }
         };
         let end = position.is_end();
-        // Only the last (or only) packet carries the immediate / invalidate: FIRST and MIDDLE
-        // packets of SEND/WRITE with immediate are plain SEND/WRITE FIRST/MIDDLE.
-        let op = match (op, end) {
-            (Operation::SendWithImm | Operation::SendWithInv, false) => Operation::Send,
-            (Operation::WriteWithImm, false) => Operation::Write,
-            (op, _) => op,
-        };
-        let opcode = Opcode::rc_request(op, position)?;
+        let opcode = Self::request_opcode(w.opcode, position)?;
         let ack_req = self.send.ack_req_due(end, ctx.cfg.ack_req_interval);
         let solicited = end && w.flags.contains(SendFlags::SOLICITED);
         let src = Source { sges: w.sges(), inline: w.is_inline.then_some(&w.inline[..]) };
@@ -415,16 +422,14 @@ impl Qp {
         mtu: usize,
     ) -> Option<usize> {
         let w = self.sq.get(cur);
-        let opcode = match w.opcode {
-            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => Opcode::RC_RDMA_WRITE_MIDDLE,
-            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => Opcode::RC_SEND_MIDDLE,
-            _ => return None,
-        };
         let n = mtu as u32;
-        // Neither the first packet nor the last (`build_request`'s `Position::Middle`).
-        if w.is_inline || w.num_sge != 1 || off == 0 || off.checked_add(n)? >= w.length {
+        if w.is_inline || w.num_sge != 1 || w.opcode.is_read_or_atomic() {
             return None;
         }
+        if Self::position(off, n, w.length) != Position::Middle {
+            return None;
+        }
+        let opcode = Self::request_opcode(w.opcode, Position::Middle)?;
         let sge = w.sges()[0];
         let next_off = off + n;
         // What the next packet reads, fetched meanwhile (`gather_to`'s `ahead` and `more`).
