@@ -1,17 +1,15 @@
 //! uroce: a userspace RoCEv2 transport stack.
 //!
-//! This package is the facade over the workspace crates ([`wire`]) and hosts the `uroce`
-//! command-line tool ([`cli`]), capture tooling ([`pcap`]) and the I/O runtime ([`io`]).
-//! See the README for what works today.
+//! This package hosts the `uroce` command-line tool ([`cli`]: `perf`, `pingpong`, `demo`,
+//! `pcap`, `sim`, tools), capture checking ([`pcap`]) and the namespace set-up of `demo` and
+//! the tests ([`netns`]). The engine is `uroce-transport`, the backends and the runtime are
+//! `uroce-io`. See the README for what works today.
 
 pub use uroce_wire as wire;
 
 pub mod cli;
-pub mod io;
 pub mod netns;
 pub mod pcap;
 pub mod perf;
 pub mod pingpong;
-pub mod random;
-pub mod runtime;
 pub mod sample;

@@ -67,12 +67,12 @@
 //! reading ("forever"); with a stock rxe peer that stalls longer than 8 x 67 ms (a starved
 //! emulated guest) only the latter survives, as rxe-to-rxe would.
 
-use crate::runtime::connect::{self, RcLocal, RcRemote};
-use crate::runtime::{BackendKind, Port, PortConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpStream};
 use std::time::{Duration, Instant};
+use uroce_io::runtime::connect::{self, RcLocal, RcRemote};
+use uroce_io::runtime::{BackendKind, Port, PortConfig};
 use uroce_rxe_compat::pingpong::{self as oob, PingpongDest};
 use uroce_transport::*;
 
@@ -122,9 +122,9 @@ pub struct PingpongConfig {
     /// Capture file.
     pub pcap: Option<std::path::PathBuf>,
     /// Fault injection on received frames.
-    pub inject: Option<crate::io::inject::FaultConfig>,
+    pub inject: Option<uroce_io::inject::FaultConfig>,
     /// Seed of QPNs, keys and the PSN (`--seed`): `None` (the default) draws it from the
-    /// operating system when the run starts ([`crate::random::key_seed`]), so nothing a peer
+    /// operating system when the run starts ([`uroce_io::random::key_seed`]), so nothing a peer
     /// sees predicts it; `Some` makes the run's key material reproducible.
     pub seed: Option<u64>,
     /// How long the client retries its TCP connection.

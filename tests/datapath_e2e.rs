@@ -16,10 +16,10 @@ mod common;
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
-use uroce::io::inject::FaultConfig;
-use uroce::io::netif;
 use uroce::netns::{self, End, NetPair, PairConfig, PathFaults};
-use uroce::runtime::{BackendKind, Port, PortConfig};
+use uroce_io::inject::FaultConfig;
+use uroce_io::netif;
+use uroce_io::runtime::{BackendKind, Port, PortConfig};
 use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
 use uroce_transport::*;
 use uroce_wire::EthernetAddress;

@@ -1,4 +1,4 @@
-//! `uroce::io::netif` in a pair of private network namespaces joined by veth (root; skipped
+//! `uroce_io::netif` in a pair of private network namespaces joined by veth (root; skipped
 //! with a message outside CI, a failure with `CI=1`): interface facts read through sockets
 //! from inside a namespace, neighbour resolution over ARP and ND from a flushed table, with
 //! and without an XDP program attached, and the timeout for an address nobody answers.
@@ -10,7 +10,7 @@ use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
-use uroce::io::netif::{self, Interface};
+use uroce_io::netif::{self, Interface};
 use uroce_wire::EthernetAddress;
 
 #[test]

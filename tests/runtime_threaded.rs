@@ -8,9 +8,9 @@ mod common;
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
-use uroce::io::netif;
 use uroce::netns::{self, End, NetPair, PairConfig};
-use uroce::runtime::{BackendKind, Port, PortConfig, Runtime};
+use uroce_io::netif;
+use uroce_io::runtime::{BackendKind, Port, PortConfig, Runtime};
 use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
 use uroce_transport::*;
 use uroce_wire::EthernetAddress;

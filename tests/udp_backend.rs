@@ -1,4 +1,4 @@
-//! The kernel-UDP backend (`uroce::io::udp`): frames over real sockets.
+//! The kernel-UDP backend (`uroce_io::udp`): frames over real sockets.
 //!
 //! * Loopback (no privileges): two backends on two 127/8 addresses exchange frames built
 //!   with `uroce_wire` (byte-identical IP packets come out), one IPv6 backend on `::1` talks
@@ -25,8 +25,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
-use uroce::io::udp::{UdpBackend, UdpCounters, UdpOptions, PEER_MAC};
-use uroce::io::{netif, Backend};
+use uroce_io::udp::{UdpBackend, UdpCounters, UdpOptions, PEER_MAC};
+use uroce_io::{netif, Backend};
 use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
 use uroce_transport::{
     AccessFlags, CqHandle, Device, DeviceConfig, Gid, Instant, Mtu, PdHandle, QpCap, QpInitAttr, QpType, RecvWr,

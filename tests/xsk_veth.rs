@@ -31,7 +31,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use uroce::io::xsk::{BindMode, XskConfig, XskError, XskSocket, XskStep};
+use uroce_io::xsk::{BindMode, XskConfig, XskError, XskSocket, XskStep};
 use uroce_xdp_prog::{AttachMode, AttachedMode, ProgramConfig, XdpSteering};
 
 const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0x0a, 0x01];

@@ -8,11 +8,11 @@
 use super::limits;
 use crate::netns::{self, NetPair, PairConfig};
 use crate::perf::{self, PerfConfig, Test};
-use crate::runtime::BackendKind;
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::ExitCode;
 use std::time::Duration;
+use uroce_io::runtime::BackendKind;
 
 /// Flags of `uroce demo`.
 #[derive(clap::Args, Debug)]

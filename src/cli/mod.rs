@@ -103,7 +103,7 @@ pub fn failure_lines(e: &anyhow::Error) -> Option<Vec<String>> {
         return None;
     }
     let mut lines = vec![format!("{e:#}")];
-    if e.chain().any(|c| crate::io::xdp::NotPermitted::find(c).is_some()) {
+    if e.chain().any(|c| uroce_io::xdp::NotPermitted::find(c).is_some()) {
         lines.push(
             "without those privileges use --backend udp: a kernel UDP socket on port 4791, same wire format".into(),
         );

@@ -2,12 +2,12 @@
 
 use super::limits;
 use crate::perf::{self, AtomicType, PerfConfig, Test};
-use crate::runtime::BackendKind;
 use anyhow::{bail, Result};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use uroce_io::runtime::BackendKind;
 use uroce_transport::Mtu;
 
 /// Backend choice.
@@ -57,13 +57,13 @@ impl BackendArgs {
         match self.backend {
             BackendArg::Udp => BackendKind::Udp { port: self.udp_port, gso: !self.no_udp_gso, gro: !self.no_udp_gro },
             BackendArg::Xdp => {
-                use crate::io::xsk::BindMode;
+                use uroce_io::xsk::BindMode;
                 let bind = match self.xdp_mode {
                     XdpModeArg::Auto => BindMode::Auto,
                     XdpModeArg::ZeroCopy => BindMode::ZeroCopy,
                     XdpModeArg::Copy => BindMode::Copy,
                 };
-                BackendKind::Xdp(crate::io::xdp::XdpOptions { bind, ..Default::default() })
+                BackendKind::Xdp(uroce_io::xdp::XdpOptions { bind, ..Default::default() })
             }
         }
     }
@@ -187,7 +187,7 @@ pub struct PerfArgs {
     pcap: Option<PathBuf>,
     /// Inject faults on received frames, e.g. `drop=0.01,seed=7` (see `io::inject`).
     #[arg(long)]
-    inject: Option<crate::io::inject::FaultConfig>,
+    inject: Option<uroce_io::inject::FaultConfig>,
     /// Seed of QPNs, keys and PSNs, for a reproducible run (default: from the operating system,
     /// unpredictable).
     #[arg(long)]

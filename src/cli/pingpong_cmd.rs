@@ -107,7 +107,7 @@ pub struct PingpongArgs {
     pcap: Option<PathBuf>,
     /// Inject faults on received frames, e.g. `drop=0.01,seed=7` (see `io::inject`).
     #[arg(long)]
-    inject: Option<crate::io::inject::FaultConfig>,
+    inject: Option<uroce_io::inject::FaultConfig>,
     /// Seed of the QPN, keys and PSN, for a reproducible run (default: a seed from the
     /// operating system's random source, different on every run).
     #[arg(long)]

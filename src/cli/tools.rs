@@ -1,7 +1,7 @@
 //! `uroce tool ...`: measurement tools used by `scripts/bench-datapath`.
 //!
 //! * [`xsk_blast`] — `uroce tool xsk-blast`: a raw AF_XDP frame blaster (`--tx`) and sink
-//!   (`--rx`) built on the same AF_XDP socket layer ([`crate::io::xsk`]) and XDP program
+//!   (`--rx`) built on the same AF_XDP socket layer ([`uroce_io::xsk`]) and XDP program
 //!   (`uroce_xdp_prog::XdpSteering`) as the AF_XDP backend. It measures the I/O ceiling of a
 //!   link at a given frame size: what `uroce perf` could reach if the RoCE engine cost
 //!   nothing (credit flow control between sink and blaster stands in for the transport's

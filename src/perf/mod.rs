@@ -12,10 +12,10 @@ mod lat;
 mod report;
 mod setup;
 
-use crate::runtime::{connect, BackendKind, Port, PortConfig};
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::{IpAddr, TcpStream};
 use std::time::Duration;
+use uroce_io::runtime::{connect, BackendKind, Port, PortConfig};
 use uroce_rxe_compat::perftest::{PerftestDest, PerftestSession, TestKind};
 use uroce_transport::*;
 
@@ -126,9 +126,9 @@ pub struct PerfConfig {
     /// Capture file.
     pub pcap: Option<std::path::PathBuf>,
     /// Fault injection.
-    pub inject: Option<crate::io::inject::FaultConfig>,
+    pub inject: Option<uroce_io::inject::FaultConfig>,
     /// Seed of QPNs, keys and PSNs (`--seed`); `None`: from the operating system
-    /// ([`crate::random::key_seed`]), so that no key can be predicted from the clock or the pid.
+    /// ([`uroce_io::random::key_seed`]), so that no key can be predicted from the clock or the pid.
     pub seed: Option<u64>,
     /// Print a progress line every second on long runs (only where stderr is a terminal; the
     /// line is erased before the result row is printed).

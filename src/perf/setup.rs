@@ -14,11 +14,11 @@
 //! huge pages are off.
 
 use super::{Conn, PerfConfig, Run, Test};
-use crate::runtime::connect::{self, connect_rc, RcLocal, RcRemote};
-use crate::runtime::Port;
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::TcpStream;
 use std::time::Duration;
+use uroce_io::runtime::connect::{self, connect_rc, RcLocal, RcRemote};
+use uroce_io::runtime::Port;
 use uroce_rxe_compat::perftest::{IbMtu, PerftestDest, PerftestSession, SessionConfig};
 use uroce_transport::*;
 

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::io::xsk::{BindMode, TxFrame, XskConfig, XskSocket, XskStatistics};
+use uroce_io::xsk::{BindMode, TxFrame, XskConfig, XskSocket, XskStatistics};
 use uroce_wire::{
     bth, BthRepr, Ecn, EtherType, EthernetAddress, EthernetRepr, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Opcode, Psn,
     Qpn, RoceRepr, UdpChecksum, UdpRepr, ROCE_V2_PORT,

@@ -1,5 +1,7 @@
-//! The I/O runtime's lower half: backends that move whole Ethernet frames between the engine
-//! and a network interface.
+//! uroce-io: the I/O half of uroce — backends that move whole Ethernet frames between the
+//! sans-IO engine (`uroce-transport`) and a network interface, and the runtime that drives the
+//! engine over them. The `uroce` tool, the tests and the coming C ABI all use it (the engine /
+//! I/O split of quinn-proto / quinn-udp).
 //!
 //! * [`xsk`]: AF_XDP sockets (UMEM, rings) — the fast path; [`xdp`] wraps them (with the XDP
 //!   program from `uroce-xdp-prog`) as a [`Backend`].
@@ -10,9 +12,15 @@
 //!   the peer MAC from the kernel's neighbour table (the kernel does ARP/ND).
 //! * [`inject`]: a seeded fault injector at the I/O boundary (drop, duplicate, reorder, delay,
 //!   corrupt, CE-mark) for tests and `uroce perf --inject`.
+//! * [`runtime`]: [`runtime::Port`] (engine + backend + clock + capture + injector) and
+//!   [`runtime::Runtime`] (progress threads); [`runtime::connect`] connects a QP to a peer.
+//! * [`capture`]: pcap files of what a port moves; [`random`]: where key material comes from.
 
+pub mod capture;
 pub mod inject;
 pub mod netif;
+pub mod random;
+pub mod runtime;
 pub mod udp;
 pub mod xdp;
 pub mod xsk;

@@ -924,7 +924,7 @@ mod tests {
     #[test]
     fn rx_grouping_of_multi_buffer_packets() {
         let umem = Umem::new(16, 4096, 0).unwrap();
-        let mem = crate::io::xsk::ring::tests::TestRing::<XdpDesc>::new(16, u32::MAX - 2);
+        let mem = crate::xsk::ring::tests::TestRing::<XdpDesc>::new(16, u32::MAX - 2);
         let (mut p, c) = mem.pair();
         let mut rx = RxRing(c);
         let mut push = |ds: &[XdpDesc]| {

@@ -1,5 +1,5 @@
 //! The AF_XDP backend: the XDP program from `uroce-xdp-prog` steers UDP/4791 frames of every
-//! receive queue to one AF_XDP socket per queue ([`crate::io::xsk`]); the engine builds
+//! receive queue to one AF_XDP socket per queue ([`crate::xsk`]); the engine builds
 //! transmit frames directly in UMEM and reads received frames where the kernel put them.
 //!
 //! Frames that fit one UMEM chunk (path MTU 1024 and 2048, or 4096 on a link whose MTU keeps

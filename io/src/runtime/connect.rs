@@ -12,7 +12,7 @@
 
 pub use uroce_transport::connect::*;
 
-use crate::io::netif;
+use crate::netif;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};

@@ -1,7 +1,7 @@
 //! One port: an engine, a backend, a clock, and optional capture and fault injection.
 
-use crate::io::{self, Backend};
-use crate::pcap::CaptureFile;
+use crate::capture::CaptureFile;
+use crate::{inject, netif, udp, xdp, Backend};
 use std::io::ErrorKind;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -13,14 +13,14 @@ use uroce_wire::EthernetAddress;
 #[derive(Clone, Debug)]
 pub enum BackendKind {
     /// AF_XDP on the interface.
-    Xdp(io::xdp::XdpOptions),
+    Xdp(xdp::XdpOptions),
     /// A kernel UDP socket bound to the local address and this port (normally 4791).
     Udp {
         /// UDP port to bind.
         port: u16,
         /// Batch equal-size runs with `UDP_SEGMENT` (GSO). Safe toward kernel sockets, real
         /// NICs and native-XDP peers on veth; not toward a generic-mode XDP peer on veth,
-        /// which would see the unsegmented batch (see `io::udp`).
+        /// which would see the unsegmented batch (see `crate::udp`).
         gso: bool,
         /// Accept coalesced datagrams (`UDP_GRO`).
         gro: bool,
@@ -45,7 +45,7 @@ pub struct PortConfig {
     /// Capture every frame sent and received to this pcap file.
     pub pcap: Option<PathBuf>,
     /// Fault injection on received frames.
-    pub inject: Option<io::inject::FaultConfig>,
+    pub inject: Option<inject::FaultConfig>,
     /// Engine configuration changes applied last (e.g. window size, quirks).
     pub tweak: Option<fn(&mut DeviceConfig)>,
 }
@@ -74,7 +74,7 @@ pub struct Port {
     epoch: StdInstant,
     wall_epoch: SystemTime,
     pcap: Option<CaptureFile>,
-    injector: Option<io::inject::FaultInjector>,
+    injector: Option<inject::FaultInjector>,
     stats: PortStats,
     gid_index: u8,
     idle_streak: u32,
@@ -106,7 +106,7 @@ impl Port {
         use anyhow::Context;
         let (mac, link_mtu, mut ips) = match &cfg.ifname {
             Some(name) => {
-                let i = io::netif::Interface::by_name(name).with_context(|| format!("interface {name}"))?;
+                let i = netif::Interface::by_name(name).with_context(|| format!("interface {name}"))?;
                 (i.mac, i.mtu as usize, i.addresses())
             }
             None => (EthernetAddress([0x02, 0, 0, 0, 0, 0x01]), 65536, vec![cfg.local_ip]),
@@ -118,13 +118,13 @@ impl Port {
         let backend: Box<dyn Backend> = match &cfg.backend {
             BackendKind::Xdp(o) => {
                 let name = cfg.ifname.as_deref().context("the AF_XDP backend needs an interface (-d)")?;
-                Box::new(io::xdp::XdpBackend::open(name, o)?)
+                Box::new(xdp::XdpBackend::open(name, o)?)
             }
             BackendKind::Udp { port, gso, gro } => Box::new(
-                io::udp::UdpBackend::new(
+                udp::UdpBackend::new(
                     cfg.local_ip,
                     *port,
-                    io::udp::UdpOptions { gso: *gso, gro: *gro, ..io::udp::UdpOptions::from(mac) },
+                    udp::UdpOptions { gso: *gso, gro: *gro, ..udp::UdpOptions::from(mac) },
                 )
                 .with_context(|| format!("UDP socket on {}:{port}", cfg.local_ip))?,
             ),
@@ -162,7 +162,7 @@ impl Port {
             epoch: StdInstant::now(),
             wall_epoch: SystemTime::now(),
             pcap,
-            injector: cfg.inject.map(io::inject::FaultInjector::new),
+            injector: cfg.inject.map(inject::FaultInjector::new),
             stats: PortStats::default(),
             gid_index,
             idle_streak: 0,
@@ -202,7 +202,7 @@ impl Port {
     }
 
     /// The fault injector's counters, when one is configured.
-    pub fn injector(&self) -> Option<&io::inject::FaultInjector> {
+    pub fn injector(&self) -> Option<&inject::FaultInjector> {
         self.injector.as_ref()
     }
 
