@@ -26,6 +26,7 @@ pub mod verbs;
 
 pub use counters::Counters;
 pub use device::{Device, DeviceConfig, Ipv4Ident, MrInfo, Quirks, RxDrop};
+pub use mr::{AppMemory, MrMemory};
 pub use qp::AsyncEvent;
 pub use time::Instant;
 pub use verbs::*;

@@ -1,14 +1,101 @@
-//! Memory regions: ownership of the registered memory, key generation, and the access and
-//! bounds checks both sides of a transfer need.
+//! Memory regions: the registered memory, key generation, and the access and bounds checks
+//! both sides of a transfer need.
 //!
-//! A memory region *owns* its memory (`Box<[u8]>` moved in by `reg_mr`, handed back by
-//! `dereg_mr`), so safe code can neither free memory the engine still writes to nor alias it.
-//! Its virtual address is the buffer's address (as `ibv_reg_mr` uses the user pointer) unless
-//! an explicit IOVA is given (`ibv_reg_mr_iova`). L_Key and R_Key are the same random 32-bit
-//! value drawn from the device's seeded RNG: not sequential, not guessable from other keys.
+//! A region's memory ([`MrMemory`]) is either
+//! * *owned* (`Box<[u8]>` moved in by `reg_mr`, handed back by `dereg_mr`), so safe code can
+//!   neither free memory the engine still writes to nor alias it; or
+//! * *the application's* ([`AppMemory`], `Device::reg_mr_app`): memory the application keeps
+//!   using while it is registered, as every verbs program does with `ibv_reg_mr(pd, addr, len,
+//!   access)`. The engine stays free of `unsafe` (`#![forbid(unsafe_code)]`): it reaches such
+//!   memory only through the [`AppMemory`] trait, whose implementations — the raw-pointer
+//!   access — live in one audited crate, `uroce-mem` (`mem/src/lib.rs`): shared buffers for
+//!   Rust programs, raw `(ptr, len)` registrations for the C ABI.
+//!
+//! Either way, every access goes through [`MrTable::check`] / [`MrTable::slice`] /
+//! [`MrTable::slice_mut`]: key, PD, access right and bounds, so the engine reads and writes
+//! only inside the registered range. A region's virtual address is the buffer's address (as
+//! `ibv_reg_mr` uses the user pointer) unless an explicit IOVA is given (`ibv_reg_mr_iova`).
+//! L_Key and R_Key are the same random 32-bit value drawn from the device's seeded RNG: not
+//! sequential, not guessable from other keys.
 
 use crate::verbs::{AccessFlags, PdHandle};
 use std::collections::HashMap;
+use std::fmt;
+
+/// Memory an application keeps while it is registered (`ibv_reg_mr` over the application's
+/// own buffer).
+///
+/// A safe trait: an implementation in safe Rust (over a `Vec`, say) cannot break anything. One
+/// over raw memory needs `unsafe` inside, and that is where its obligations lie: from
+/// registration until it is dropped (after `dereg_mr`)
+/// * [`AppMemory::bytes`] and [`AppMemory::bytes_mut`] return slices over the same `len`
+///   bytes at the same address every time, valid for reads (and, for `bytes_mut`, writes) for
+///   as long as the borrow lasts;
+/// * nothing else holds a Rust reference to those bytes while such a borrow lasts. The engine
+///   borrows only inside one of its calls, for one copy; the application may read and write the
+///   memory between calls, and during them as the verbs contract allows (not the bytes of a
+///   work request that is still outstanding), through raw-pointer or copying accessors, never
+///   through a long-lived `&mut [u8]`.
+pub trait AppMemory: Send {
+    /// The bytes.
+    fn bytes(&self) -> &[u8];
+    /// The bytes, writable.
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+/// What a region covers: owned bytes or the application's.
+pub enum MrMemory {
+    /// Moved in by `reg_mr`; `dereg_mr` gives it back.
+    Owned(Box<[u8]>),
+    /// The application's ([`AppMemory`]); `dereg_mr` gives the handle back.
+    App(Box<dyn AppMemory>),
+}
+
+impl MrMemory {
+    /// The bytes.
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            MrMemory::Owned(b) => b,
+            MrMemory::App(m) => m.bytes(),
+        }
+    }
+    /// The bytes, writable.
+    #[inline]
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            MrMemory::Owned(b) => b,
+            MrMemory::App(m) => m.bytes_mut(),
+        }
+    }
+    /// The owned buffer, if the region owned its memory.
+    pub fn into_owned(self) -> Option<Box<[u8]>> {
+        match self {
+            MrMemory::Owned(b) => Some(b),
+            MrMemory::App(_) => None,
+        }
+    }
+}
+
+impl std::ops::Deref for MrMemory {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl PartialEq for MrMemory {
+    fn eq(&self, other: &MrMemory) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl fmt::Debug for MrMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if matches!(self, MrMemory::Owned(_)) { "Owned" } else { "App" };
+        write!(f, "MrMemory::{kind}({} bytes at {:p})", self.bytes().len(), self.bytes().as_ptr())
+    }
+}
 
 /// A hasher for 32-bit keys that are already random or dense (QPNs, memory keys): one
 /// multiplication (Fibonacci hashing) instead of SipHash, on the per-packet lookup path.
@@ -47,7 +134,7 @@ pub struct MemoryRegion {
     pub access: AccessFlags,
     /// Protection domain.
     pub pd: PdHandle,
-    memory: Box<[u8]>,
+    memory: MrMemory,
 }
 
 impl MemoryRegion {
@@ -60,18 +147,24 @@ impl MemoryRegion {
         self.memory.is_empty()
     }
     /// The memory.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
-        &self.memory
+        self.memory.bytes()
     }
     /// The memory, writable.
+    #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.memory
+        self.memory.bytes_mut()
+    }
+    /// Whether the region is over application memory ([`AppMemory`]).
+    pub fn is_app_memory(&self) -> bool {
+        matches!(self.memory, MrMemory::App(_))
     }
     /// Offset of `[va, va + len)` inside the region, if it lies inside (`mr_check_range`).
     pub fn offset_of(&self, va: u64, len: u64) -> Option<usize> {
         let off = va.checked_sub(self.addr)?;
         let end = off.checked_add(len)?;
-        (end <= self.memory.len() as u64).then_some(off as usize)
+        (end <= self.len() as u64).then_some(off as usize)
     }
 }
 
@@ -100,19 +193,19 @@ impl MrTable {
     pub fn insert(
         &mut self,
         pd: PdHandle,
-        memory: Box<[u8]>,
+        memory: MrMemory,
         iova: Option<u64>,
         access: AccessFlags,
         next_key: &mut dyn FnMut() -> u32,
     ) -> Option<(u32, u64)> {
         let key = (0..8).map(|_| next_key()).find(|k| *k != 0 && !self.by_key.contains_key(k))?;
-        let addr = iova.unwrap_or(memory.as_ptr() as u64);
+        let addr = iova.unwrap_or(memory.bytes().as_ptr() as u64);
         self.by_key.insert(key, MemoryRegion { lkey: key, rkey: key, addr, access, pd, memory });
         Some((key, addr))
     }
 
     /// Remove a region and hand its memory back.
-    pub fn remove(&mut self, key: u32) -> Option<Box<[u8]>> {
+    pub fn remove(&mut self, key: u32) -> Option<MrMemory> {
         self.by_key.remove(&key).map(|m| m.memory)
     }
 
@@ -152,7 +245,7 @@ impl MrTable {
     pub fn slice(&self, key: u32, pd: PdHandle, va: u64, len: usize, need: AccessFlags) -> Result<&[u8], AccessError> {
         let mr = self.by_key.get(&key).ok_or(AccessError::NoSuchKey)?;
         let off = Self::check_mr(mr, pd, va, len as u64, need)?;
-        Ok(&mr.memory[off..off + len])
+        Ok(&mr.as_slice()[off..off + len])
     }
 
     /// [`MrTable::check`], then the checked bytes, writable (one lookup).
@@ -166,7 +259,7 @@ impl MrTable {
     ) -> Result<&mut [u8], AccessError> {
         let mr = self.by_key.get_mut(&key).ok_or(AccessError::NoSuchKey)?;
         let off = Self::check_mr(mr, pd, va, len as u64, need)?;
-        Ok(&mut mr.memory[off..off + len])
+        Ok(&mut mr.as_mut_slice()[off..off + len])
     }
 }
 
@@ -181,7 +274,7 @@ mod tests {
         let (key, addr) = t
             .insert(
                 PdHandle(1),
-                vec![0u8; 4096].into_boxed_slice(),
+                MrMemory::Owned(vec![0u8; 4096].into_boxed_slice()),
                 Some(0x10_0000),
                 AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
                 &mut || {
@@ -215,7 +308,7 @@ mod tests {
         let mut t = MrTable::default();
         let mem = vec![0u8; 64].into_boxed_slice();
         let p = mem.as_ptr() as u64;
-        let (_, addr) = t.insert(PdHandle(0), mem, None, AccessFlags::NONE, &mut || 7).unwrap();
+        let (_, addr) = t.insert(PdHandle(0), MrMemory::Owned(mem), None, AccessFlags::NONE, &mut || 7).unwrap();
         assert_eq!(addr, p);
     }
 

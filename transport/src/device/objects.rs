@@ -4,7 +4,7 @@
 
 use super::Device;
 use crate::cq::Cq;
-use crate::mr::MemoryRegion;
+use crate::mr::{AppMemory, MemoryRegion, MrMemory};
 use crate::qp::Qp;
 use crate::time::Instant;
 use crate::verbs::*;
@@ -57,7 +57,31 @@ impl Device {
 
     /// `ibv_reg_mr`: register `memory` (moved in; its address is the region's address).
     pub fn reg_mr(&mut self, pd: PdHandle, memory: Box<[u8]>, access: AccessFlags) -> Result<MrInfo, VerbsError> {
-        self.reg_mr_inner(pd, memory, None, access)
+        self.reg_mr_inner(pd, MrMemory::Owned(memory), None, access)
+    }
+
+    /// `ibv_reg_mr` over memory the application keeps using while it is registered
+    /// ([`AppMemory`]; e.g. `uroce_mem::SharedMemory`, or `uroce_mem::RawMemory` for a C
+    /// caller's `(addr, length)`): the region's address is the memory's, and every access the
+    /// engine makes is checked against the registered range, as for owned memory.
+    pub fn reg_mr_app(
+        &mut self,
+        pd: PdHandle,
+        memory: Box<dyn AppMemory>,
+        access: AccessFlags,
+    ) -> Result<MrInfo, VerbsError> {
+        self.reg_mr_inner(pd, MrMemory::App(memory), None, access)
+    }
+
+    /// `ibv_reg_mr_iova` over application memory ([`Device::reg_mr_app`] at `iova`).
+    pub fn reg_mr_app_iova(
+        &mut self,
+        pd: PdHandle,
+        memory: Box<dyn AppMemory>,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MrInfo, VerbsError> {
+        self.reg_mr_inner(pd, MrMemory::App(memory), Some(iova), access)
     }
 
     /// `ibv_reg_mr_iova`: register `memory` at virtual address `iova`.
@@ -68,7 +92,7 @@ impl Device {
         iova: u64,
         access: AccessFlags,
     ) -> Result<MrInfo, VerbsError> {
-        self.reg_mr_inner(pd, memory, Some(iova), access)
+        self.reg_mr_inner(pd, MrMemory::Owned(memory), Some(iova), access)
     }
 
     /// Register `memory` at `iova` under a chosen key (L_Key = R_Key = `key`), for replaying
@@ -86,13 +110,13 @@ impl Device {
             return Err(VerbsError::Busy("memory key"));
         }
         let mut once = Some(key);
-        self.reg_mr_keyed(pd, memory, Some(iova), access, &mut || once.take().unwrap_or(0))
+        self.reg_mr_keyed(pd, MrMemory::Owned(memory), Some(iova), access, &mut || once.take().unwrap_or(0))
     }
 
     fn reg_mr_inner(
         &mut self,
         pd: PdHandle,
-        memory: Box<[u8]>,
+        memory: MrMemory,
         iova: Option<u64>,
         access: AccessFlags,
     ) -> Result<MrInfo, VerbsError> {
@@ -106,7 +130,7 @@ impl Device {
     fn reg_mr_keyed(
         &mut self,
         pd: PdHandle,
-        memory: Box<[u8]>,
+        memory: MrMemory,
         iova: Option<u64>,
         access: AccessFlags,
         next_key: &mut dyn FnMut() -> u32,
@@ -131,8 +155,9 @@ impl Device {
         Ok(MrInfo { lkey: key, rkey: key, addr, length })
     }
 
-    /// `ibv_dereg_mr`: the memory comes back.
-    pub fn dereg_mr(&mut self, lkey: u32) -> Result<Box<[u8]>, VerbsError> {
+    /// `ibv_dereg_mr`: the memory comes back (owned bytes, or the application's handle; both
+    /// dereference to the bytes). After this the engine never touches it again.
+    pub fn dereg_mr(&mut self, lkey: u32) -> Result<MrMemory, VerbsError> {
         self.mrs.remove(lkey).ok_or(VerbsError::NoSuchObject("MR"))
     }
 
