@@ -87,4 +87,7 @@ counters! {
     rx_fast_path_pkts,
     /// Packets built by the transmit fast path (SEND and WRITE MIDDLE; also in `sent_pkts`).
     tx_fast_path_pkts,
+    /// Timer-queue entries examined (`handle_timeout`, `poll_timeout`): the cost of timers,
+    /// O(1) per timer that fires or moves, never a scan over the QPs.
+    timer_queue_checks,
 }

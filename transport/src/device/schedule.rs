@@ -14,6 +14,7 @@ impl Device {
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(qpn) = self.timers.head_qpn() {
             let table = self.qps.get_mut(&qpn).map(|q| &mut q.timers);
+            self.counters.timer_queue_checks += 1;
             match self.timers.examine(now, table) {
                 Head::Due(qpn, t) => {
                     self.with_qp(qpn, now, |qp, ctx| qp.on_timer(ctx, t));
@@ -29,13 +30,19 @@ impl Device {
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         while let Some(qpn) = self.timers.head_qpn() {
             let table = self.qps.get_mut(&qpn).map(|q| &mut q.timers);
-            // Nothing is due before the epoch's start, so this only settles the head.
+            self.counters.timer_queue_checks += 1;
             match self.timers.settle(table) {
                 Head::Again => {}
                 _ => break,
             }
         }
         self.timers.next()
+    }
+
+    /// Entries in the timer queue, live and stale (at most one live entry per running timer;
+    /// a stale one goes when it comes up).
+    pub fn timer_queue_len(&self) -> usize {
+        self.timers.len()
     }
 
     /// The largest frame this device can send: the active MTU of payload plus the largest

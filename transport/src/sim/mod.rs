@@ -8,6 +8,7 @@
 //! a test failure instead of a hang. Frames can be tapped (e.g. into a pcap).
 
 pub mod b2b;
+pub mod many;
 pub mod setup;
 pub mod soak;
 
