@@ -9,173 +9,14 @@
 //!                                      numgen random drop / dup (real loss, both ways)
 //! ```
 //!
-//! Code runs inside a namespace on a thread that called `setns(CLONE_NEWNET)` ([`spawn_in`]):
-//! network namespaces are per thread, so one process can hold both ends of a link.
-//! Needs root and `ip` (iproute2); loss needs `nft`.
-//!
-//! Nothing is left behind on any exit path: an error return or a panic drops the [`NetPair`] /
-//! [`BridgePort`] (which runs `ip netns del`); a fatal signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
-//! and SIGABRT, i.e. an abort such as the allocator's) runs a handler that removes every
-//! namespace this process still has registered — what `ip netns del` does, `umount2` and
-//! `unlink` of `/run/netns/NAME`, both async-signal-safe — and then dies of the signal as it
-//! would have. The namespace itself (with its veth ends) goes when its last user, this
-//! process, is gone.
+//! The namespaces themselves are `uroce-netns`'s ([`Netns`], re-exported here with its
+//! helpers): code runs inside one on a thread that called `setns(CLONE_NEWNET)` ([`spawn_in`]),
+//! so one process can hold both ends of a link, and nothing is left behind on any exit path
+//! (drop, panic, or a fatal signal). Needs root and `ip` (iproute2); loss needs `nft`.
 
 use anyhow::{bail, Context, Result};
-use std::ffi::{c_char, CStr, CString};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::AsRawFd;
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicPtr, Ordering};
-use std::thread::JoinHandle;
-
-/// Namespaces this process created and has not removed yet, as NUL-terminated
-/// `/run/netns/NAME` paths: what the fatal-signal handler removes. A slot is taken by
-/// swapping its pointer out, so the handler and [`untrack`] never both own one.
-static LIVE: [AtomicPtr<c_char>; 64] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 64];
-
-/// The signals after which a namespace would otherwise be left behind.
-const FATAL: [libc::c_int; 5] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGABRT];
-
-fn netns_path(ns: &str) -> Option<CString> {
-    CString::new(format!("/run/netns/{ns}")).ok()
-}
-
-/// Removes every registered namespace file; async-signal-safe (atomics and two syscalls).
-fn remove_live() {
-    for slot in &LIVE {
-        let p = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        if !p.is_null() {
-            // SAFETY: `p` came from `CString::into_raw` in `track` and is still a valid
-            // NUL-terminated string (only its swapper may free it, and that is us); umount2 and
-            // unlink only read it. The string is leaked: freeing is not async-signal-safe, and
-            // the process is about to die.
-            unsafe {
-                libc::umount2(p, libc::MNT_DETACH);
-                libc::unlink(p);
-            }
-        }
-    }
-}
-
-/// Installs the fatal-signal handlers once per process.
-fn install_signal_cleanup() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        for sig in FATAL {
-            // SAFETY: the action only calls async-signal-safe code: `remove_live` (atomic swaps,
-            // umount2, unlink) and signal-hook's `emulate_default_handler` (documented
-            // async-signal-safe), which restores the default action and re-raises, so the
-            // process still ends the way the signal would have ended it.
-            let r = unsafe {
-                signal_hook::low_level::register(sig, move || {
-                    remove_live();
-                    let _ = signal_hook::low_level::emulate_default_handler(sig);
-                })
-            };
-            if let Err(e) = r {
-                tracing::warn!(signal = sig, error = %e, "cannot install the namespace clean-up handler");
-            }
-        }
-    });
-}
-
-/// Registers namespace `ns` for removal on a fatal signal (before it is created).
-fn track(ns: &str) {
-    install_signal_cleanup();
-    let Some(path) = netns_path(ns) else { return };
-    let raw = path.into_raw();
-    for slot in &LIVE {
-        if slot.compare_exchange(std::ptr::null_mut(), raw, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            return;
-        }
-    }
-    // SAFETY: `raw` came from `into_raw` just above and was stored nowhere.
-    drop(unsafe { CString::from_raw(raw) });
-    tracing::warn!(ns, "more than 64 live namespaces: this one is removed on drop only, not on a signal");
-}
-
-/// Forgets namespace `ns` (after it was removed).
-fn untrack(ns: &str) {
-    let Some(want) = netns_path(ns) else { return };
-    for slot in &LIVE {
-        let p = slot.load(Ordering::Acquire);
-        if p.is_null() {
-            continue;
-        }
-        // SAFETY: a non-null slot holds a string from `track`; it is freed only by whoever swaps
-        // it out of the slot, and a signal handler that does so never frees it.
-        let same = unsafe { CStr::from_ptr(p) } == want.as_c_str();
-        if same && slot.compare_exchange(p, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            // SAFETY: we swapped `p` out, so we own it; it came from `CString::into_raw`.
-            drop(unsafe { CString::from_raw(p) });
-            return;
-        }
-    }
-}
-
-/// Names of the namespaces this process has registered and not yet removed (for tests).
-pub fn live_namespaces() -> Vec<String> {
-    LIVE.iter()
-        .filter_map(|slot| {
-            let p = slot.load(Ordering::Acquire);
-            // SAFETY: as in `untrack`: a non-null slot holds a live string from `track`.
-            (!p.is_null())
-                .then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().trim_start_matches("/run/netns/").to_string())
-        })
-        .collect()
-}
-
-/// Run `ip` with `args`; an error carries its stderr.
-pub fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip").args(args).output().context("run ip(8) (install iproute2)")?;
-    if !out.status.success() {
-        bail!("ip {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(())
-}
-
-/// Run a command inside namespace `ns` (`ip netns exec`).
-pub fn exec(ns: &str, cmd: &[&str]) -> Result<Output> {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns]).args(cmd);
-    c.output().with_context(|| format!("run {cmd:?} in {ns}"))
-}
-
-/// Is this process root?
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Is `prog` on PATH?
-pub fn have(prog: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {prog}")]).output().is_ok_and(|o| o.status.success())
-}
-
-/// Enter namespace `ns` on the calling thread.
-pub fn enter(ns: &str) -> Result<()> {
-    let path = format!("/run/netns/{ns}");
-    let f = std::fs::File::open(&path).with_context(|| format!("open {path}"))?;
-    // SAFETY: setns on a valid namespace descriptor only changes the calling thread's namespace.
-    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    if rc != 0 {
-        bail!("setns {path}: {}", std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Run `f` on a new thread inside namespace `ns`.
-pub fn spawn_in<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<Result<T>> {
-    let ns = ns.to_string();
-    std::thread::Builder::new()
-        .name(format!("in-{ns}"))
-        .spawn(move || {
-            enter(&ns)?;
-            Ok(f())
-        })
-        .expect("spawn thread")
-}
+pub use uroce_netns::{enter, exec, have, ip, is_root, join, live_namespaces, run_in, spawn_in, Netns};
 
 /// Loss and duplication in the middle namespace (percent, 0..100), both directions.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -238,6 +79,8 @@ pub struct NetPair {
     pub b: End,
     /// The middle namespace, when bridged.
     pub mid: Option<String>,
+    /// The namespaces, removed on drop.
+    owned: Vec<Netns>,
 }
 
 fn mac_str(m: [u8; 6]) -> String {
@@ -259,19 +102,17 @@ impl NetPair {
             ip6: Ipv6Addr::new(0xfd00, s as u16, 0, 0, 0, 0, 0, side as u16),
             mac: [0x02, 0x75, s, 0, 0, side],
         };
-        let pair = NetPair {
+        let mut pair = NetPair {
             a: end(1, format!("ua{}{pid}", cfg.tag)),
             b: end(2, format!("ub{}{pid}", cfg.tag)),
             mid: cfg.bridged.then(|| format!("um{}{pid}", cfg.tag)),
+            owned: Vec::new(),
         };
         // From here on, drop cleans up whatever was made.
         let mut all = vec![pair.a.ns.clone(), pair.b.ns.clone()];
         all.extend(pair.mid.clone());
         for ns in &all {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-            track(ns);
-            ip(&["netns", "add", ns])?;
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            pair.owned.push(Netns::create(ns)?);
         }
         let mtu = cfg.mtu.to_string();
         match &pair.mid {
@@ -360,16 +201,7 @@ impl NetPair {
 
     /// Delete a namespace now (a peer that vanishes mid-transfer).
     pub fn delete_ns(ns: &str) {
-        let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        untrack(ns);
-    }
-}
-
-impl Drop for NetPair {
-    fn drop(&mut self) {
-        for ns in [Some(&self.a.ns), Some(&self.b.ns), self.mid.as_ref()].into_iter().flatten() {
-            Self::delete_ns(ns);
-        }
+        uroce_netns::delete(ns);
     }
 }
 
@@ -387,6 +219,8 @@ pub struct BridgePort {
     pub ip6: Option<Ipv6Addr>,
     /// The bridge-side end (in the bridge's namespace), e.g. for nftables rules.
     pub bridge_side: String,
+    /// The namespace, removed on drop.
+    _owned: Netns,
 }
 
 impl BridgePort {
@@ -406,21 +240,16 @@ impl BridgePort {
         if !is_root() {
             bail!("network namespaces need root");
         }
-        let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        track(ns);
-        if let Err(e) = ip(&["netns", "add", ns]) {
-            untrack(ns);
-            return Err(e);
-        }
+        let owned = Netns::create(ns)?;
         let port = BridgePort {
             ns: ns.into(),
             ifname: ifname.into(),
             ip4,
             ip6,
             bridge_side: format!("v{}", &ns[ns.len().saturating_sub(12)..]),
+            _owned: owned,
         };
         let mtu = mtu.to_string();
-        ip(&["-n", ns, "link", "set", "lo", "up"])?;
         #[rustfmt::skip]
         ip(&["-n", bridge_ns, "link", "add", "name", &port.bridge_side, "mtu", &mtu, "type", "veth", "peer", "name",
              ifname, "address", &mac_str(mac), "mtu", &mtu, "netns", ns])?;
@@ -434,19 +263,13 @@ impl BridgePort {
         // Like a NIC without UDP segmentation offload: the kernel cuts a UDP GSO batch (the udp
         // backend's default) into wire frames before this veth, so a capture on the bridge
         // holds real frames, each with its own ICRC, and not 64 KB super-datagrams.
-        let o = Command::new("ip")
-            .args(["netns", "exec", ns, "ethtool", "-K", ifname, "tx-udp-segmentation", "off"])
+        let o = uroce_netns::command_in(ns, "ethtool")
+            .args(["-K", ifname, "tx-udp-segmentation", "off"])
             .output()
             .context("ethtool (Debian package ethtool)")?;
         if !o.status.success() {
             bail!("ethtool -K {ifname} tx-udp-segmentation off: {}", String::from_utf8_lossy(&o.stderr).trim());
         }
         Ok(port)
-    }
-}
-
-impl Drop for BridgePort {
-    fn drop(&mut self) {
-        NetPair::delete_ns(&self.ns);
     }
 }

@@ -28,126 +28,26 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+#[path = "common/netns.rs"]
+mod netns;
+use netns::{ip, ip_out, join, prerequisites, spawn_in, IP6_A, IP6_B, IP_A, IP_B, MAC_A, MAC_B};
 
 use uroce_io::xsk::{BindMode, XskConfig, XskError, XskSocket, XskStep};
 use uroce_xdp_prog::{AttachMode, AttachedMode, ProgramConfig, XdpSteering};
 
-const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0x0a, 0x01];
-const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0x0b, 0x01];
-const IP_A: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
-const IP_B: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
-const IP6_A: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x99, 0, 0, 0, 0, 0, 1);
-const IP6_B: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x99, 0, 0, 0, 0, 0, 2);
 const ROCE_PORT: u16 = 4791;
 const DEADLINE: Duration = Duration::from_secs(30);
 
 // ---------------------------------------------------------------------------------------
 // Prerequisites and namespaces
 
-fn have_tool(tool: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().map(|o| o.status.success()).unwrap_or(false)
-}
-
-/// True if the test can run; otherwise prints why (or panics under `CI=1`).
-fn prerequisites(test: &str, tools: &[&str]) -> bool {
-    let mut missing = Vec::new();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        missing.push("root".to_string());
-    }
-    for t in tools {
-        if !have_tool(t) {
-            missing.push(format!("`{t}`"));
-        }
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    // The one rule: a failure under CI, a visible SKIP line elsewhere.
-    uroce_rxe_compat::harness::skip_or_fail(&format!("{test}: needs {}", missing.join(", ")))
-}
-
 /// (major, minor) of the running kernel.
 fn kernel_version() -> (u32, u32) {
     let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mut it = rel.trim().split(|c: char| !c.is_ascii_digit()).map(|p| p.parse().unwrap_or(0));
     (it.next().unwrap_or(0), it.next().unwrap_or(0))
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip(8)");
-    assert!(out.status.success(), "ip {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-}
-
-fn ip_out(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().expect("run ip(8)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Two namespaces joined by a veth pair, deleted on drop.
-struct TestNet {
-    a: String,
-    b: String,
-}
-
-impl TestNet {
-    fn new(tag: &str, mtu: u32) -> Self {
-        Self::with_queues(tag, mtu, 1)
-    }
-
-    fn with_queues(tag: &str, mtu: u32, queues: u32) -> Self {
-        let pid = std::process::id();
-        let net = TestNet { a: format!("uxa{tag}{pid}"), b: format!("uxb{tag}{pid}") };
-        for ns in [&net.a, &net.b] {
-            // Left over from a killed run with a recycled pid? Remove first.
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-            ip(&["netns", "add", ns]);
-        }
-        let mac = |m: [u8; 6]| m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
-        let mtu = mtu.to_string();
-        let q = queues.to_string();
-        #[rustfmt::skip]
-        ip(&[
-            "link", "add", "va", "address", &mac(MAC_A), "mtu", &mtu, "numtxqueues", &q,
-            "numrxqueues", &q, "netns", &net.a, "type", "veth", "peer", "name", "vb", "address",
-            &mac(MAC_B), "mtu", &mtu, "numtxqueues", &q, "numrxqueues", &q, "netns", &net.b,
-        ]);
-        for (ns, dev, v4, v6) in
-            [(&net.a, "va", "10.99.0.1/24", "fd00:99::1/64"), (&net.b, "vb", "10.99.0.2/24", "fd00:99::2/64")]
-        {
-            ip(&["-n", ns, "addr", "add", v4, "dev", dev]);
-            ip(&["-n", ns, "addr", "add", v6, "dev", dev, "nodad"]);
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
-            ip(&["-n", ns, "link", "set", dev, "up"]);
-        }
-        net
-    }
-}
-
-impl Drop for TestNet {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
-}
-
-/// Run `f` on a new thread inside namespace `ns`.
-fn spawn_in<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("open netns");
-        // SAFETY: setns with a valid namespace fd; it affects only the calling thread.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-        f()
-    })
-}
-
-fn join<T>(h: JoinHandle<T>) -> T {
-    h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -343,7 +243,7 @@ fn afxdp_to_afxdp_is_byte_exact() {
     for (tag, mode, want_mode) in
         [("n", AttachMode::Native, AttachedMode::Native), ("g", AttachMode::Generic, AttachedMode::Generic)]
     {
-        let net = TestNet::new(tag, 1500);
+        let net = netns::TestNet::new("ux", tag, 1500);
         let n = 3000usize;
         let mut want = Vec::new();
         let mut all = Vec::new();
@@ -399,7 +299,7 @@ fn afxdp_tx_reaches_kernel_udp_sockets() {
     if !prerequisites("afxdp_tx_reaches_kernel_udp_sockets", &["ip"]) {
         return;
     }
-    let net = TestNet::new("t", 1500);
+    let net = netns::TestNet::new("ux", "t", 1500);
     let n = 2000u32;
     let progress = Arc::new(AtomicUsize::new(0));
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -501,7 +401,7 @@ fn kernel_sender_to_afxdp_and_fallback_to_kernel() {
     if !prerequisites("kernel_sender_to_afxdp_and_fallback_to_kernel", &["ip", "ethtool"]) {
         return;
     }
-    let net = TestNet::new("k", 1500);
+    let net = netns::TestNet::new("ux", "k", 1500);
     let out = Command::new("ip").args(["netns", "exec", &net.b, "ethtool", "-K", "vb", "tx", "off"]).output().unwrap();
     assert!(out.status.success(), "ethtool: {}", String::from_utf8_lossy(&out.stderr));
     let n = 1000u32;
@@ -572,7 +472,7 @@ fn kernel_traffic_still_works_while_attached() {
     if !prerequisites("kernel_traffic_still_works_while_attached", &["ip"]) {
         return;
     }
-    let net = TestNet::new("p", 1500);
+    let net = netns::TestNet::new("ux", "p", 1500);
     let (ready_tx, ready_rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let holder = spawn_in(&net.a, move || {
@@ -719,7 +619,7 @@ fn multi_buffer_frames_round_trip() {
         return;
     }
     for (tag, mode) in [("mn", AttachMode::Native), ("mg", AttachMode::Generic)] {
-        let net = TestNet::new(tag, 9000);
+        let net = netns::TestNet::new("ux", tag, 9000);
         let sizes = [100usize, 3000, 3900, 4096, 5000, 7000, 8900];
         let n = 300usize;
         let frames: Vec<Vec<u8>> = (0..n)
@@ -764,7 +664,7 @@ fn bind_modes_on_veth() {
     if !prerequisites("bind_modes_on_veth", &["ip"]) {
         return;
     }
-    let net = TestNet::new("z", 1500);
+    let net = netns::TestNet::new("ux", "z", 1500);
     join(spawn_in(&net.a, || {
         let zc = XskConfig { mode: BindMode::ZeroCopy, ..XskConfig::default() };
         match XskSocket::bind_ifname("va", 0, &zc) {
@@ -815,7 +715,7 @@ fn one_socket_per_queue() {
     if !prerequisites("one_socket_per_queue", &["ip"]) {
         return;
     }
-    let net = TestNet::with_queues("q", 1500, 2);
+    let net = netns::TestNet::with_queues("ux", "q", 1500, 2);
     let n = 500usize;
     let frames_for = |q: u32| -> Vec<Vec<u8>> {
         (0..n)
@@ -882,7 +782,7 @@ fn measure_afxdp_to_afxdp_rates() {
     }
     for (tag, mode) in [("bn", AttachMode::Native), ("bg", AttachMode::Generic)] {
         for pl in [64usize, 1100] {
-            let net = TestNet::new(tag, 1500);
+            let net = netns::TestNet::new("ux", tag, 1500);
             let frame = udp4_frame((MAC_B, IP_B), (MAC_A, IP_A), ROCE_PORT, &payload(0, pl), false);
             let secs = 2.0;
             let stop = Arc::new(AtomicBool::new(false));

@@ -213,6 +213,15 @@ impl std::error::Error for HarnessError {
 /// Result alias of the harness.
 pub type Result<T> = std::result::Result<T, HarnessError>;
 
+impl From<uroce_netns::Error> for HarnessError {
+    fn from(e: uroce_netns::Error) -> Self {
+        match e {
+            uroce_netns::Error::Io { what, source } => HarnessError::Io { context: what, source },
+            uroce_netns::Error::Command { cmd, status, stderr } => HarnessError::Command { cmd, status, stderr },
+        }
+    }
+}
+
 pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> HarnessError {
     let context = context.into();
     move |source| HarnessError::Io { context, source }

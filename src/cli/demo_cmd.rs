@@ -140,7 +140,7 @@ fn over_veth(a: &DemoArgs) -> Result<ExitCode> {
     let side = |name: &'static str, ns: String, cfg: PerfConfig, out: fn() -> Box<dyn std::io::Write>, panics: bool| {
         let tx = tx.clone();
         std::thread::Builder::new().name(format!("demo-{name}")).spawn(move || {
-            let r = netns::enter(&ns).and_then(|()| {
+            let r = netns::enter(&ns).map_err(anyhow::Error::from).and_then(|()| {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     if panics {
                         panic!("--debug-fail: the {name} panics");

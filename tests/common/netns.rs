@@ -1,8 +1,10 @@
 //! Two private network namespaces joined by a veth pair, for tests that need a real link.
 //!
 //! Use from a test file with `#[path = "common/netns.rs"] mod netns;` (it does not need
-//! `common/mod.rs`). Names carry a tag and the test process' pid; both namespaces are deleted
-//! on drop, also when the test panics (deleting a namespace removes its veth end).
+//! `common/mod.rs`). The namespaces are `uroce-netns`'s, as everywhere in uroce; this file
+//! adds the fixed addresses these tests use and asserts instead of returning errors. Names
+//! carry a tag and the test process' pid; both namespaces are deleted on drop, also when the
+//! test panics (deleting a namespace removes its veth end).
 //!
 //! ```text
 //!   netns <p>a<tag><pid>                    netns <p>b<tag><pid>
@@ -17,9 +19,9 @@
 #![allow(dead_code)]
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::thread::JoinHandle;
+use uroce_netns::Netns;
 
 pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0x0a, 0x01];
 pub const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0x0b, 0x01];
@@ -28,20 +30,15 @@ pub const IP_B: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
 pub const IP6_A: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x99, 0, 0, 0, 0, 0, 1);
 pub const IP6_B: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x99, 0, 0, 0, 0, 0, 2);
 
-fn have_tool(tool: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success())
-}
-
 /// True if the test can run (root and the `tools`); otherwise prints why and returns false,
 /// or panics under `CI=1`.
 pub fn prerequisites(test: &str, tools: &[&str]) -> bool {
     let mut missing = Vec::new();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !uroce_netns::is_root() {
         missing.push("root".to_string());
     }
     for t in tools {
-        if !have_tool(t) {
+        if !uroce_netns::have(t) {
             missing.push(format!("`{t}`"));
         }
     }
@@ -53,8 +50,7 @@ pub fn prerequisites(test: &str, tools: &[&str]) -> bool {
 }
 
 pub fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip(8)");
-    assert!(out.status.success(), "ip {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    uroce_netns::ip(args).unwrap_or_else(|e| panic!("{e}"));
 }
 
 pub fn ip_out(args: &[&str]) -> String {
@@ -64,17 +60,17 @@ pub fn ip_out(args: &[&str]) -> String {
 
 /// Run a command inside namespace `ns` (`ip netns exec`), asserting success.
 pub fn exec_in(ns: &str, cmd: &[&str]) -> String {
-    let mut args = vec!["netns", "exec", ns];
-    args.extend_from_slice(cmd);
-    let out = Command::new("ip").args(&args).output().expect("run ip netns exec");
+    let out = uroce_netns::exec(ns, cmd).unwrap_or_else(|e| panic!("{e}"));
     assert!(out.status.success(), "{} failed: {}", cmd.join(" "), String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Two namespaces joined by a veth pair (`va` in `a`, `vb` in `b`), deleted on drop.
+/// Two namespaces joined by a veth pair (`va` in `a`, `vb` in `b`), deleted on drop (and on a
+/// fatal signal: they are `uroce_netns::Netns`).
 pub struct TestNet {
     pub a: String,
     pub b: String,
+    _owned: [Netns; 2],
 }
 
 impl TestNet {
@@ -87,12 +83,10 @@ impl TestNet {
     /// [`TestNet::new`] with `queues` RX and TX queues allocated on each veth end.
     pub fn with_queues(prefix: &str, tag: &str, mtu: u32, queues: u32) -> TestNet {
         let pid = std::process::id();
-        let net = TestNet { a: format!("{prefix}a{tag}{pid}"), b: format!("{prefix}b{tag}{pid}") };
-        for ns in [&net.a, &net.b] {
-            // Left over from a killed run with a recycled pid? Remove first.
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-            ip(&["netns", "add", ns]);
-        }
+        let (a, b) = (format!("{prefix}a{tag}{pid}"), format!("{prefix}b{tag}{pid}"));
+        // A leftover from a killed run with a recycled pid is removed first.
+        let create = |ns: &str| Netns::create(ns).unwrap_or_else(|e| panic!("{e}"));
+        let net = TestNet { _owned: [create(&a), create(&b)], a, b };
         let mac = |m: [u8; 6]| m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
         let (mtu, q) = (mtu.to_string(), queues.to_string());
         #[rustfmt::skip]
@@ -106,7 +100,6 @@ impl TestNet {
         {
             ip(&["-n", ns, "addr", "add", v4, "dev", dev]);
             ip(&["-n", ns, "addr", "add", v6, "dev", dev, "nodad"]);
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
             ip(&["-n", ns, "link", "set", dev, "up"]);
         }
         net.wait_up();
@@ -126,30 +119,16 @@ impl TestNet {
     }
 }
 
-impl Drop for TestNet {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
-}
-
-/// Run `f` on a new thread inside namespace `ns`.
+/// Run `f` on a new thread inside namespace `ns` (a failed `setns` panics that thread).
 pub fn spawn_in<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
-    let path = format!("/run/netns/{ns}");
+    let ns = ns.to_string();
     std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("open netns");
-        // SAFETY: setns with a valid namespace fd; it affects only the calling thread.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        uroce_netns::enter(&ns).unwrap_or_else(|e| panic!("{e}"));
         f()
     })
 }
 
-/// Join, re-raising a panic of the thread.
-pub fn join<T>(h: JoinHandle<T>) -> T {
-    h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
-}
+pub use uroce_netns::join;
 
 /// Run `f` inside namespace `ns` and wait for its result.
 pub fn run_in<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {

@@ -11,7 +11,6 @@ use super::guest::{self, Guest, GuestSpec};
 use super::{
     check_prerequisites, find_tool, io_err, HarnessError, Missing, Result, BRIDGE, BRIDGE_MAC, HOST_V4, HOST_V6,
 };
-use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -20,6 +19,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+use uroce_netns::Netns;
 
 static LAB_SEQ: AtomicU32 = AtomicU32::new(0);
 const NS_PREFIX: &str = "uroce-ix-";
@@ -33,7 +33,7 @@ pub(crate) struct LabInner {
     pub(crate) name: String,
     pub(crate) ns: String,
     pub(crate) dir: PathBuf,
-    ns_file: Option<File>,
+    netns: Option<Netns>,
     pub(crate) next_guest: AtomicU32,
 }
 
@@ -41,8 +41,7 @@ impl LabInner {
     /// A command that will run in the lab namespace and receive SIGKILL when the spawning
     /// thread exits. Only for children spawned while `self` is alive (the closure uses our fd).
     pub(crate) fn ns_command(&self, program: impl AsRef<std::ffi::OsStr>) -> Result<Command> {
-        let fd =
-            self.ns_file.as_ref().ok_or_else(|| HarnessError::BadSpec("lab namespace not open".into()))?.as_raw_fd();
+        let fd = self.netns()?.as_raw_fd();
         let mut c = Command::new(program);
         // SAFETY: runs in the child between fork and exec; it only issues the async-signal-safe
         // syscalls setns(2) and prctl(2) (no allocation, no locks). `fd` is open: the caller
@@ -61,17 +60,15 @@ impl LabInner {
         Ok(c)
     }
 
-    fn ip(&self, args: &[&str]) -> Result<()> {
-        let mut c = Command::new("ip");
-        c.arg("-n").arg(&self.ns).args(args);
-        run(&mut c).map(|_| ())
+    fn netns(&self) -> Result<&Netns> {
+        self.netns.as_ref().ok_or_else(|| HarnessError::BadSpec("lab namespace not open".into()))
     }
 }
 
 impl Drop for LabInner {
     fn drop(&mut self) {
-        self.ns_file = None;
         teardown_ns(&self.ns);
+        drop(self.netns.take());
         let keep = std::thread::panicking() || std::env::var_os("UROCE_INTEROP_KEEP").is_some_and(|v| v == "1");
         if keep {
             eprintln!("[uroce-interop] lab {} logs kept in {}", self.name, self.dir.display());
@@ -84,15 +81,8 @@ impl Drop for LabInner {
 
 /// Kills every process still in namespace `ns` (our orphaned qemu/tcpdump) and deletes it.
 fn teardown_ns(ns: &str) {
-    if let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() {
-        for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-            if let Ok(pid) = pid.parse::<libc::pid_t>() {
-                // SAFETY: kill(2) with a PID read from the namespace; no memory is involved.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
-    }
-    let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
+    uroce_netns::kill_processes_in(ns);
+    uroce_netns::delete(ns);
 }
 
 /// Removes `uroce-ix-<pid>-*` namespaces whose creating process no longer exists.
@@ -143,12 +133,10 @@ impl Lab {
         let safe: String =
             name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
         let dir = run_dir_base().join(format!("{ns}-{safe}"));
-        run(Command::new("ip").args(["netns", "add", &ns]))?;
+        let netns = Some(Netns::create(&ns)?);
         // from here on, Drop of `inner` tears down whatever exists
-        let mut inner = LabInner { name: name.to_string(), ns, dir, ns_file: None, next_guest: AtomicU32::new(1) };
+        let inner = LabInner { name: name.to_string(), ns, dir, netns, next_guest: AtomicU32::new(1) };
         std::fs::create_dir_all(&inner.dir).map_err(io_err(format!("creating {}", inner.dir.display())))?;
-        let nsf = format!("/run/netns/{}", inner.ns);
-        inner.ns_file = Some(File::open(&nsf).map_err(io_err(format!("opening {nsf}")))?);
         let lab = Lab { inner: Arc::new(inner) };
         // No IPv6 DAD (addresses usable at once) and no router solicitations in the namespace.
         lab.in_netns(|| -> std::io::Result<()> {
@@ -160,13 +148,12 @@ impl Lab {
             Ok(())
         })?
         .map_err(io_err("setting IPv6 sysctls in the lab namespace"))?;
-        let i = &lab.inner;
-        i.ip(&["link", "set", "lo", "up"])?;
+        let i = lab.inner.netns()?;
         i.ip(&["link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge", "stp_state", "0"])?;
         i.ip(&["addr", "add", &format!("{HOST_V4}/24"), "dev", BRIDGE])?;
         i.ip(&["-6", "addr", "add", &format!("{HOST_V6}/64"), "dev", BRIDGE, "nodad"])?;
         i.ip(&["link", "set", BRIDGE, "up"])?;
-        tracing::info!(ns = %i.ns, dir = %i.dir.display(), "lab up");
+        tracing::info!(ns = %lab.inner.ns, dir = %lab.inner.dir.display(), "lab up");
         Ok(lab)
     }
 
@@ -199,9 +186,7 @@ impl Lab {
     /// A `Command` running `program` in the namespace (`ip netns exec <ns> program`).
     /// The caller owns the child; prefer [`Lab::spawn_host`] for a kill-on-drop guard.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.inner.ns]).arg(program);
-        c
+        uroce_netns::command_in(&self.inner.ns, program)
     }
 
     /// Runs `argv` in the namespace to completion (killed after `timeout`), returning its
@@ -229,26 +214,7 @@ impl Lab {
     /// Runs `f` on a fresh thread that has entered the namespace (sockets it creates live
     /// there and may be used from any thread afterwards).
     pub fn in_netns<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R> {
-        let fd = self
-            .inner
-            .ns_file
-            .as_ref()
-            .ok_or_else(|| HarnessError::BadSpec("lab namespace not open".into()))?
-            .as_raw_fd();
-        std::thread::scope(|s| {
-            let h = s.spawn(move || {
-                // SAFETY: setns(2) on an fd we own (kept open by `self` for the scope); it only
-                // changes this new thread's network namespace.
-                if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(f())
-            });
-            match h.join() {
-                Ok(r) => r.map_err(io_err("setns into the lab namespace")),
-                Err(p) => std::panic::resume_unwind(p),
-            }
-        })
+        Ok(self.inner.netns()?.scoped(f)?)
     }
 }
 
