@@ -715,17 +715,12 @@ fn connect(
             ntop_gid(&peer.gid)
         );
     }
+    // pp_connect_ctx's other values (no remote access, one READ each way, RNR timer 12,
+    // timeout 14, retry 7, RNR retry 7) are RcLocal's defaults, which are rc_pingpong's.
     let local = RcLocal {
-        access: AccessFlags::NONE,
         sgid_index,
         path_mtu: mtu,
         sq_psn: me.psn,
-        max_dest_rd_atomic: 1,
-        max_rd_atomic: 1,
-        min_rnr_timer: 12,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
         hop_limit: oob::HOP_LIMIT,
         sl: cfg.sl,
         ..RcLocal::default()

@@ -172,7 +172,8 @@ pub fn live_namespaces() -> Vec<String> {
         .collect()
 }
 
-fn cmdline(c: &Command) -> String {
+/// `c` as a command line, for messages.
+pub fn cmdline(c: &Command) -> String {
     std::iter::once(c.get_program()).chain(c.get_args()).map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
 }
 

@@ -99,21 +99,11 @@ fn sweep_stale() {
     }
 }
 
-pub(crate) fn cmdline(c: &Command) -> String {
-    std::iter::once(c.get_program()).chain(c.get_args()).map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
-}
+pub(crate) use uroce_netns::cmdline;
 
 /// Runs `c` to completion; non-zero exit is an error carrying its stderr.
 pub(crate) fn run(c: &mut Command) -> Result<Output> {
-    let out = c.stdin(Stdio::null()).output().map_err(io_err(format!("spawning `{}`", cmdline(c))))?;
-    if !out.status.success() {
-        return Err(HarnessError::Command {
-            cmd: cmdline(c),
-            status: out.status.code(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        });
-    }
-    Ok(out)
+    Ok(uroce_netns::run(c)?)
 }
 
 fn run_dir_base() -> PathBuf {

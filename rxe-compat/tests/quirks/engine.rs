@@ -37,20 +37,12 @@ fn device(i: u8, quirks: Quirks) -> Device {
 fn connect_one(net: &mut Network, me: &QpEnd, peer: &QpEnd, psns: (u32, u32), o: &QpOptions, path: Path) {
     let sgid_index = if path.ipv6 { 2 } else { 1 };
     let peer_cfg = net.dev(peer.node).config().clone();
+    // `path`'s AV, and no traffic class (perftest's default) whatever `o` says.
     let local = RcLocal {
-        access: o.access,
-        sgid_index,
-        path_mtu: o.mtu,
-        sq_psn: psns.0,
-        max_dest_rd_atomic: o.rd_atomic,
-        max_rd_atomic: o.rd_atomic,
-        min_rnr_timer: o.min_rnr_timer,
-        timeout: o.timeout,
-        retry_cnt: o.retry_cnt,
-        rnr_retry: o.rnr_retry,
         hop_limit: path.hop_limit,
         flow_label: path.flow_label,
-        ..RcLocal::default()
+        traffic_class: 0,
+        ..o.rc_local(sgid_index, psns.0)
     };
     let remote = RcRemote { qpn: peer.qpn, psn: psns.1, gid: peer_cfg.gids[sgid_index as usize], mac: peer_cfg.mac };
     connect_rc(net.dev(me.node), me.qpn, &local, &remote).unwrap();

@@ -75,6 +75,29 @@ impl Default for QpOptions {
     }
 }
 
+impl QpOptions {
+    /// What one side sets on its QP with these options: GID index `sgid_index`, sending from
+    /// `sq_psn`, hop limit 64.
+    pub fn rc_local(&self, sgid_index: u8, sq_psn: u32) -> RcLocal {
+        RcLocal {
+            access: self.access,
+            sgid_index,
+            path_mtu: self.mtu,
+            sq_psn,
+            max_dest_rd_atomic: self.rd_atomic,
+            max_rd_atomic: self.rd_atomic,
+            min_rnr_timer: self.min_rnr_timer,
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: self.rnr_retry,
+            hop_limit: 64,
+            traffic_class: self.traffic_class,
+            flow_label: 0,
+            sl: 0,
+        }
+    }
+}
+
 /// One side of a connected QP pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpEnd {
@@ -114,21 +137,7 @@ pub fn connect_one(
 ) -> Result<(), VerbsError> {
     let sgid_index = if o.ipv6 { 2 } else { 1 };
     let peer_cfg = net.dev(peer.node).config().clone();
-    let local = RcLocal {
-        access: o.access,
-        sgid_index,
-        path_mtu: o.mtu,
-        sq_psn: my_psn,
-        max_dest_rd_atomic: o.rd_atomic,
-        max_rd_atomic: o.rd_atomic,
-        min_rnr_timer: o.min_rnr_timer,
-        timeout: o.timeout,
-        retry_cnt: o.retry_cnt,
-        rnr_retry: o.rnr_retry,
-        hop_limit: 64,
-        traffic_class: o.traffic_class,
-        ..RcLocal::default()
-    };
+    let local = o.rc_local(sgid_index, my_psn);
     let remote = RcRemote { qpn: peer.qpn, psn: peer_psn, gid: peer_cfg.gids[sgid_index as usize], mac: peer_cfg.mac };
     connect_rc(net.dev(me.node), me.qpn, &local, &remote)
 }
