@@ -55,7 +55,7 @@ pub struct Device {
     pds: Vec<bool>,
     mrs: MrTable,
     cqs: Vec<Option<Cq>>,
-    qps: crate::mr::U32Map<Qp>,
+    qps: crate::qp::table::QpTable,
     /// QPs with something to send, in turn ([`Device::poll_transmit`]).
     ready: VecDeque<u32>,
     /// When to look at which QP's timers (the deadlines themselves are the QPs').
@@ -155,6 +155,8 @@ impl Device {
     ) -> Option<R> {
         let Device { cfg, qps, mrs, cqs, counters, events, idents, timers, ready, .. } = self;
         let qp = qps.get_mut(&qpn)?;
+        // The QP's state, all its cache lines at once (with many QPs it is rarely cached).
+        uroce_wire::copy::prefetch_value(qp);
         let mut ctx = Ctx { now, cfg, mrs, cqs, counters, events, idents, timers };
         Some(f(qp, &mut ctx, ready))
     }

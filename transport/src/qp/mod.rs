@@ -15,6 +15,7 @@ pub mod requester;
 pub mod responder;
 pub(crate) mod send_state;
 pub mod state;
+pub(crate) mod table;
 
 use crate::config::DeviceConfig;
 use crate::counters::Counters;
