@@ -54,7 +54,7 @@ fn run(net: &NetPair, args: &[&str], server_extra: &[&str], client_extra: &[&str
     let mut s_args: Vec<&str> = vec!["-d", &net.a.ifname];
     s_args.extend_from_slice(args);
     s_args.extend_from_slice(server_extra);
-    let server = spawn(&net.a.ns, &s_args);
+    let mut server = common::watch(spawn(&net.a.ns, &s_args));
     let host = net.a.ip4.to_string();
     let mut c_args: Vec<&str> = vec![args[0], &host, "-d", &net.b.ifname];
     c_args.extend_from_slice(&args[1..]);
@@ -62,11 +62,10 @@ fn run(net: &NetPair, args: &[&str], server_extra: &[&str], client_extra: &[&str
     let client = spawn(&net.b.ns, &c_args);
     let what = args.join(" ");
     let c = common::finish(client, &format!("client {what}"), Duration::from_secs(60));
-    let mut server = server;
     if !c.status.success() {
-        let _ = server.kill();
+        server.kill();
     }
-    let s = common::finish(server, &format!("server {what}"), Duration::from_secs(30));
+    let s = server.finish(&format!("server {what}"), Duration::from_secs(30));
     let (so, co) = (String::from_utf8_lossy(&s.stdout).into_owned(), String::from_utf8_lossy(&c.stdout).into_owned());
     assert!(
         c.status.success() && s.status.success(),
@@ -248,4 +247,21 @@ fn demo_as_root_and_as_nobody() {
     assert!(se.contains("not root") && se.contains("kernel-UDP backend on loopback"), "{se}");
     assert!(so.contains("kernel UDP socket 127.0.0.2:4791"), "{so}");
     check_bw(&so, 65536.0, 3000.0, "demo as nobody");
+}
+
+#[test]
+fn a_thousand_qps_over_af_xdp() {
+    if !prereq("a_thousand_qps_over_af_xdp") {
+        return;
+    }
+    // perftest's own out-of-band exchange, one message per QP each way, then WRITEs on all
+    // 1,000 QPs over AF_XDP between the namespaces (issue 13: 10,000 QPs per device).
+    let net = NetPair::create(&PairConfig { subnet: 104, ..PairConfig::new("pq", 1500) }).unwrap();
+    let args = ["write_bw", "-q", "1000", "-n", "5", "-s", "4096", "--backend", "xdp"];
+    let (so, co) = run(&net, &args, &[], &[]);
+    check_bw(&co, 4096.0, 5000.0, "1000 QPs");
+    check_bw(&so, 4096.0, 5000.0, "1000 QPs server");
+    assert!(co.contains("Number of qps   : 1000") && co.contains("af_xdp"), "{co}");
+    assert_eq!(co.matches("local address:").count(), 1000, "{co}");
+    assert_eq!(co.matches("remote address:").count(), 1000, "{co}");
 }

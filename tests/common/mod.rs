@@ -21,21 +21,69 @@ pub fn have(prog: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Wait for `c` with a deadline (its output stays in its pipes until it exits); kill it and
-/// fail, showing what it printed, on expiry.
-pub fn finish(mut c: std::process::Child, what: &str, timeout: std::time::Duration) -> std::process::Output {
-    let deadline = std::time::Instant::now() + timeout;
-    while c.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = c.kill();
-            let o = c.wait_with_output().expect("output");
+/// A spawned process whose stdout and stderr are being read into memory as it runs (a child
+/// that prints more than a pipe holds — `uroce perf -q 1000` prints four lines per QP — would
+/// otherwise block on its write and never exit).
+pub struct Watched {
+    child: std::process::Child,
+    out: std::thread::JoinHandle<Vec<u8>>,
+    err: std::thread::JoinHandle<Vec<u8>>,
+}
+
+/// Start reading `c`'s output.
+pub fn watch(mut c: std::process::Child) -> Watched {
+    use std::io::Read;
+    fn drain(p: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut p) = p {
+                let _ = p.read_to_end(&mut v);
+            }
+            v
+        })
+    }
+    let (out, err) = (drain(c.stdout.take()), drain(c.stderr.take()));
+    Watched { child: c, out, err }
+}
+
+impl Watched {
+    /// Kill the process (it is then reaped by [`Watched::finish`]).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
+    /// Wait with a deadline; kill it and fail, showing what it printed, on expiry.
+    pub fn finish(mut self, what: &str, timeout: std::time::Duration) -> std::process::Output {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut timed_out = false;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                break st;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                timed_out = true;
+                break self.child.wait().expect("wait");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let o = std::process::Output {
+            status,
+            stdout: self.out.join().unwrap_or_default(),
+            stderr: self.err.join().unwrap_or_default(),
+        };
+        if timed_out {
             panic!(
                 "{what}: timed out\nstdout:\n{}\nstderr:\n{}",
                 String::from_utf8_lossy(&o.stdout),
                 String::from_utf8_lossy(&o.stderr)
             );
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        o
     }
-    c.wait_with_output().expect("output")
+}
+
+/// [`watch`] then [`Watched::finish`].
+pub fn finish(c: std::process::Child, what: &str, timeout: std::time::Duration) -> std::process::Output {
+    watch(c).finish(what, timeout)
 }
