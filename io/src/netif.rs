@@ -21,15 +21,23 @@
 //! * The address must be on-link: a routed peer's MAC is its gateway's, which this function
 //!   does not look up.
 //!
-//! Every call opens its own short-lived sockets; nothing is cached.
+//! Every call opens its own short-lived sockets; nothing is cached. The rtnetlink messages are
+//! built and parsed by `netlink-packet-route` (on `netlink-packet-core`), the netlink sockets
+//! are `netlink-sys`'s; an answer the crate cannot parse is skipped, not fatal.
 
 use std::ffi::CString;
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use netlink_packet_core::{NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload};
+use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use uroce_wire::EthernetAddress;
 
 /// What the runtime needs about an interface.
@@ -97,25 +105,12 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
 }
 
 // ---------------------------------------------------------------------------------------
-// rtnetlink
+// rtnetlink: messages built and parsed by `netlink-packet-route`, sockets from `netlink-sys`
 
-const NLMSG_HDRLEN: usize = 16;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const RTM_NEWLINK: u16 = 16;
-const RTM_GETLINK: u16 = 18;
-const RTM_NEWNEIGH: u16 = 28;
-const RTM_GETNEIGH: u16 = 30;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_DUMP: u16 = 0x300;
-const IFLA_ADDRESS: u16 = 1;
-const IFLA_MTU: u16 = 4;
-const IFLA_NUM_RX_QUEUES: u16 = 32;
-const NDA_DST: u16 = 1;
-const NDA_LLADDR: u16 = 2;
+/// `struct nlmsghdr`.
+const NETLINK_HEADER_LEN: usize = 16;
+/// `RTMGRP_NEIGH`: the multicast group of neighbour-table changes.
 const RTMGRP_NEIGH: u32 = 4;
-const IFINFOMSG_LEN: usize = 16;
-const NDMSG_LEN: usize = 12;
 
 /// Neighbour states (`NUD_*`).
 pub mod nud {
@@ -144,35 +139,15 @@ fn align4(n: usize) -> usize {
 }
 
 /// A NETLINK_ROUTE socket, optionally subscribed to multicast `groups`.
-fn netlink_socket(groups: u32) -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2); the result is checked.
-    let raw = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a fresh descriptor nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: sockaddr_nl is plain old data; all-zero is valid.
-    let mut sa: libc::sockaddr_nl = unsafe { zeroed() };
-    sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-    sa.nl_groups = groups;
-    // SAFETY: `sa` is a sockaddr_nl of the size given.
-    let rc = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&sa as *const libc::sockaddr_nl).cast(),
-            size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+fn netlink_socket(groups: u32) -> io::Result<Socket> {
+    let mut s = Socket::new(NETLINK_ROUTE)?;
+    s.bind(&SocketAddr::new(0, groups))?;
     // A kernel that never answers must not hang us.
     let tv = libc::timeval { tv_sec: 2, tv_usec: 0 };
-    // SAFETY: `tv` is a timeval of the size given.
+    // SAFETY: `tv` is a timeval of the size given; the descriptor is the socket's, open.
     let rc = unsafe {
         libc::setsockopt(
-            fd.as_raw_fd(),
+            s.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_RCVTIMEO,
             (&tv as *const libc::timeval).cast(),
@@ -182,116 +157,73 @@ fn netlink_socket(groups: u32) -> io::Result<OwnedFd> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(fd)
+    Ok(s)
 }
 
-/// Send one request (`ty`, `flags`, body) and collect the payloads of the answers until
-/// `NLMSG_DONE` (dump) or the first answer (`!dump`): `(type, message body)` pairs.
-fn request(ty: u16, flags: u16, body: &[u8]) -> io::Result<Vec<(u16, Vec<u8>)>> {
-    let fd = netlink_socket(0)?;
-    let seq: u32 = 1;
-    let len = NLMSG_HDRLEN + body.len();
-    let mut msg = Vec::with_capacity(align4(len));
-    msg.extend_from_slice(&(len as u32).to_ne_bytes());
-    msg.extend_from_slice(&ty.to_ne_bytes());
-    msg.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
-    msg.extend_from_slice(&seq.to_ne_bytes());
-    msg.extend_from_slice(&0u32.to_ne_bytes());
-    msg.extend_from_slice(body);
-    msg.resize(align4(len), 0);
-    // SAFETY: sockaddr_nl is plain old data; zero pid = the kernel.
-    let mut to: libc::sockaddr_nl = unsafe { zeroed() };
-    to.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-    // SAFETY: `msg` and `to` are valid for the lengths given.
-    let rc = unsafe {
-        libc::sendto(
-            fd.as_raw_fd(),
-            msg.as_ptr().cast(),
-            msg.len(),
-            0,
-            (&to as *const libc::sockaddr_nl).cast(),
-            size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
+fn recv_some(s: &Socket, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    loop {
+        match s.recv(&mut &mut buf[..], flags) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
     }
-    let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
+}
+
+/// Send one request and collect the answers until `NLMSG_DONE` (`dump`) or the first answer.
+/// An answer the crate cannot parse is skipped (and logged), not fatal: the kernel may know
+/// attributes the crate does not.
+fn request(msg: RouteNetlinkMessage, dump: bool) -> io::Result<Vec<RouteNetlinkMessage>> {
+    let s = netlink_socket(0)?;
+    let seq: u32 = 1;
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | if dump { NLM_F_DUMP } else { 0 };
+    header.sequence_number = seq;
+    let mut req = NetlinkMessage::new(header, NetlinkPayload::from(msg));
+    req.finalize();
+    let mut bytes = vec![0u8; req.header.length as usize];
+    req.serialize(&mut bytes);
+    s.send_to(&bytes, &SocketAddr::new(0, 0), 0)?;
     let mut out = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = recv_some(fd.as_raw_fd(), &mut buf)?;
+        let n = recv_some(&s, &mut buf, 0)?;
         let mut off = 0;
-        while off + NLMSG_HDRLEN <= n {
-            let h = &buf[off..n];
-            let mlen = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) as usize;
-            let mty = u16::from_ne_bytes([h[4], h[5]]);
-            let mseq = u32::from_ne_bytes([h[8], h[9], h[10], h[11]]);
-            if mlen < NLMSG_HDRLEN || mlen > h.len() {
+        while off < n {
+            let frame = NetlinkBuffer::new_checked(&buf[off..n]).map_err(|e| invalid(format!("netlink: {e}")))?;
+            let len = frame.length() as usize;
+            if len < NETLINK_HEADER_LEN {
                 return Err(invalid("netlink: bad message length"));
             }
-            let payload = &h[NLMSG_HDRLEN..mlen];
-            off += align4(mlen);
+            let (mseq, bytes) = (frame.sequence_number(), &buf[off..off + len]);
+            off += align4(len);
             if mseq != seq {
                 continue;
             }
-            match mty {
-                NLMSG_DONE => return Ok(out),
-                NLMSG_ERROR => {
-                    let code = payload.get(..4).map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
-                    if code == 0 {
-                        // An ACK.
-                        if !dump {
-                            return Ok(out);
-                        }
-                        continue;
-                    }
-                    return Err(io::Error::from_raw_os_error(-code));
+            let m = match NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!(error = %e, "netlink: answer not parsed, skipped");
+                    continue;
                 }
-                _ => {
-                    out.push((mty, payload.to_vec()));
+            };
+            match m.payload {
+                NetlinkPayload::Done(_) => return Ok(out),
+                NetlinkPayload::Error(e) => match e.code {
+                    // An ACK.
+                    None if !dump => return Ok(out),
+                    None => {}
+                    Some(code) => return Err(io::Error::from_raw_os_error(-code.get())),
+                },
+                NetlinkPayload::InnerMessage(m) => {
+                    out.push(m);
                     if !dump {
                         return Ok(out);
                     }
                 }
+                _ => {}
             }
         }
     }
-}
-
-fn recv_some(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    loop {
-        // SAFETY: `buf` is valid for writes of its length.
-        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
-/// Iterate the rtattrs of `b`: `(type, value)`.
-fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if b.len() < 4 {
-            return None;
-        }
-        let len = usize::from(u16::from_ne_bytes([b[0], b[1]]));
-        let ty = u16::from_ne_bytes([b[2], b[3]]) & 0x3fff; // strip NLA_F_NESTED / NET_BYTEORDER
-        if len < 4 || len > b.len() {
-            return None;
-        }
-        let v = &b[4..len];
-        b = &b[align4(len).min(b.len())..];
-        Some((ty, v))
-    })
-}
-
-fn u32_attr(v: &[u8]) -> Option<u32> {
-    v.get(..4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 struct Link {
@@ -301,26 +233,28 @@ struct Link {
 }
 
 fn get_link(index: u32) -> io::Result<Link> {
-    let mut body = [0u8; IFINFOMSG_LEN];
-    body[0] = libc::AF_UNSPEC as u8;
-    body[4..8].copy_from_slice(&(index as i32).to_ne_bytes());
-    let msgs = request(RTM_GETLINK, 0, &body)?;
-    let (_, m) =
-        msgs.into_iter().find(|(t, _)| *t == RTM_NEWLINK).ok_or_else(|| invalid("netlink: no RTM_NEWLINK answer"))?;
-    let rest = m.get(IFINFOMSG_LEN..).ok_or_else(|| invalid("netlink: short ifinfomsg"))?;
-    let mut link = Link { mac: EthernetAddress([0; 6]), mtu: 0, num_rx_queues: 0 };
-    for (ty, v) in attrs(rest) {
-        match ty {
-            IFLA_ADDRESS if v.len() == 6 => link.mac.0.copy_from_slice(v),
-            IFLA_MTU => link.mtu = u32_attr(v).unwrap_or(0),
-            IFLA_NUM_RX_QUEUES => link.num_rx_queues = u32_attr(v).unwrap_or(0),
+    let mut m = LinkMessage::default();
+    m.header.index = index;
+    let link = request(RouteNetlinkMessage::GetLink(m), false)?
+        .into_iter()
+        .find_map(|m| match m {
+            RouteNetlinkMessage::NewLink(l) => Some(l),
+            _ => None,
+        })
+        .ok_or_else(|| invalid("netlink: no RTM_NEWLINK answer"))?;
+    let mut out = Link { mac: EthernetAddress([0; 6]), mtu: 0, num_rx_queues: 0 };
+    for a in &link.attributes {
+        match a {
+            LinkAttribute::Address(v) if v.len() == 6 => out.mac.0.copy_from_slice(v),
+            LinkAttribute::Mtu(v) => out.mtu = *v,
+            LinkAttribute::NumRxQueues(v) => out.num_rx_queues = *v,
             _ => {}
         }
     }
-    if link.mtu == 0 {
+    if out.mtu == 0 {
         return Err(invalid("netlink: link without IFLA_MTU"));
     }
-    Ok(link)
+    Ok(out)
 }
 
 /// A neighbour-table entry.
@@ -336,27 +270,15 @@ pub struct Neighbour {
     pub state: u16,
 }
 
-/// Parse one `RTM_NEWNEIGH` message body (ndmsg + attributes).
-fn parse_neighbour(m: &[u8]) -> Option<Neighbour> {
-    if m.len() < NDMSG_LEN {
-        return None;
-    }
-    let family = i32::from(m[0]);
-    let ifindex = i32::from_ne_bytes([m[4], m[5], m[6], m[7]]);
-    let state = u16::from_ne_bytes([m[8], m[9]]);
+/// The entry an `RTM_NEWNEIGH` message describes, if it has an IP address.
+fn neighbour_of(m: &NeighbourMessage) -> Option<Neighbour> {
     let mut ip = None;
     let mut mac = None;
-    for (ty, v) in attrs(&m[NDMSG_LEN..]) {
-        match ty {
-            NDA_DST if family == libc::AF_INET && v.len() == 4 => {
-                ip = Some(IpAddr::V4(Ipv4Addr::new(v[0], v[1], v[2], v[3])));
-            }
-            NDA_DST if family == libc::AF_INET6 && v.len() == 16 => {
-                let mut a = [0u8; 16];
-                a.copy_from_slice(v);
-                ip = Some(IpAddr::V6(Ipv6Addr::from(a)));
-            }
-            NDA_LLADDR if v.len() == 6 => {
+    for a in &m.attributes {
+        match a {
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => ip = Some(IpAddr::V4(*v4)),
+            NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => ip = Some(IpAddr::V6(*v6)),
+            NeighbourAttribute::LinkLayerAddress(v) if v.len() == 6 => {
                 let mut a = [0u8; 6];
                 a.copy_from_slice(v);
                 mac = Some(EthernetAddress(a));
@@ -364,19 +286,20 @@ fn parse_neighbour(m: &[u8]) -> Option<Neighbour> {
             _ => {}
         }
     }
-    Some(Neighbour { ifindex: u32::try_from(ifindex).ok()?, ip: ip?, mac, state })
+    Some(Neighbour { ifindex: m.header.ifindex, ip: ip?, mac, state: u16::from(m.header.state) })
 }
 
 /// Every neighbour entry of interface `ifindex` for the address family of `family_of`.
 pub fn neighbours(ifindex: u32, family_of: IpAddr) -> io::Result<Vec<Neighbour>> {
-    let mut body = [0u8; NDMSG_LEN];
-    body[0] = if family_of.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 } as u8;
-    body[4..8].copy_from_slice(&(ifindex as i32).to_ne_bytes());
-    let msgs = request(RTM_GETNEIGH, NLM_F_DUMP, &body)?;
-    Ok(msgs
+    let mut m = NeighbourMessage::default();
+    m.header.family = if family_of.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+    m.header.ifindex = ifindex;
+    Ok(request(RouteNetlinkMessage::GetNeighbour(m), true)?
         .iter()
-        .filter(|(t, _)| *t == RTM_NEWNEIGH)
-        .filter_map(|(_, m)| parse_neighbour(m))
+        .filter_map(|m| match m {
+            RouteNetlinkMessage::NewNeighbour(n) => neighbour_of(n),
+            _ => None,
+        })
         .filter(|n| n.ifindex == ifindex)
         .collect())
 }
@@ -496,10 +419,7 @@ pub fn resolve_mac(ifname: &str, ip: IpAddr, timeout: Duration) -> io::Result<Et
         let r = unsafe { libc::poll(&mut pfd, 1, ms) };
         if r > 0 {
             // Drain the events; the table is read again above.
-            // SAFETY: `buf` is valid for writes of its length.
-            while unsafe { libc::recv(monitor.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) } > 0
-            {
-            }
+            while recv_some(&monitor, &mut buf, libc::MSG_DONTWAIT).is_ok_and(|n| n > 0) {}
         }
     }
 }
@@ -580,6 +500,16 @@ fn addresses(name: &str) -> io::Result<(Vec<Ipv4Addr>, Vec<Ipv6Addr>)> {
 mod tests {
     use super::*;
 
+    use netlink_packet_core::Parseable;
+
+    const NDA_DST: u16 = 1;
+    const NDA_LLADDR: u16 = 2;
+
+    /// Parse one `RTM_NEWNEIGH` message body (ndmsg + attributes) as `neighbours` does.
+    fn parse_neighbour(m: &[u8]) -> Option<Neighbour> {
+        neighbour_of(&NeighbourMessage::parse(m).ok()?)
+    }
+
     fn rtattr(ty: u16, v: &[u8]) -> Vec<u8> {
         let mut a = Vec::new();
         a.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
@@ -632,9 +562,11 @@ mod tests {
             }
         }
         // Attribute lengths that overrun, underrun, or are zero.
-        assert_eq!(attrs(&[0, 0, 1, 0]).count(), 0);
-        assert_eq!(attrs(&[200, 0, 1, 0, 1, 2]).count(), 0);
-        assert_eq!(attrs(&[5, 0, 1, 0, 9]).count(), 1); // unpadded last attribute
+        for bad in [&[0u8, 0, 1, 0][..], &[200, 0, 1, 0, 1, 2], &[5, 0, 1, 0, 9]] {
+            let mut c = ndmsg(libc::AF_INET as u8, 7, nud::STALE);
+            c.extend_from_slice(bad);
+            let _ = parse_neighbour(&c);
+        }
     }
 
     #[test]
