@@ -65,6 +65,8 @@ pub struct Device {
     idents: Idents,
     /// The GID table's addresses (what a received frame's destination must be one of).
     local_ips: Vec<IpAddr>,
+    /// The QP the last call was about (its state is in the cache: no prefetch).
+    last_qp: u32,
 }
 
 impl Device {
@@ -85,6 +87,7 @@ impl Device {
             counters: Counters::default(),
             idents: Idents::default(),
             events: VecDeque::new(),
+            last_qp: u32::MAX,
         }
     }
 
@@ -153,10 +156,14 @@ impl Device {
         now: Instant,
         f: impl FnOnce(&mut Qp, &mut Ctx<'_>, &mut VecDeque<u32>) -> R,
     ) -> Option<R> {
-        let Device { cfg, qps, mrs, cqs, counters, events, idents, timers, ready, .. } = self;
+        let Device { cfg, qps, mrs, cqs, counters, events, idents, timers, ready, last_qp, .. } = self;
         let qp = qps.get_mut(&qpn)?;
-        // The QP's state, all its cache lines at once (with many QPs it is rarely cached).
-        uroce_wire::copy::prefetch_value(qp);
+        // A QP other than the last one's state, all its cache lines at once (with many QPs it
+        // is rarely cached).
+        if *last_qp != qpn {
+            uroce_wire::copy::prefetch_value(qp);
+            *last_qp = qpn;
+        }
         let mut ctx = Ctx { now, cfg, mrs, cqs, counters, events, idents, timers };
         Some(f(qp, &mut ctx, ready))
     }

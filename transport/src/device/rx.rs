@@ -81,7 +81,6 @@ impl Device {
         }
         let Device { cfg, qps, mrs, counters, ready, .. } = self;
         let Some(qp) = qps.get_mut(&b.bth.dest_qp.value()) else { return false };
-        uroce_wire::copy::prefetch_value(qp);
         // The QP's path; its local address is one of the GID table's, so `deliver`'s
         // destination check holds too.
         if !qp.template.as_ref().is_some_and(|t| t.is_path(IpAddr::V4(b.src), IpAddr::V4(b.dst))) {
