@@ -266,11 +266,9 @@ impl Qp {
             return;
         }
         let orig = p.roce.ext.atomic_ack_eth.map_or(0, |a| a.orig);
-        let sges = w.sges;
-        let n = w.num_sge;
         // The original value lands in the local buffer in host (little-endian) order, as rxe
         // stores it.
-        let st = scatter(ctx.mrs, self.pd, &sges[..n], 0, &orig.to_le_bytes());
+        let st = scatter(ctx.mrs, self.pd, self.sq.sges(self.sq.head), 0, &orig.to_le_bytes());
         match st {
             Ok(()) => {
                 self.complete_head(ctx, WcStatus::Success, 0);
@@ -313,10 +311,8 @@ impl Qp {
         if !len_ok {
             return self.fail_head(ctx, WcStatus::BadRespErr, 0);
         }
-        let sges = w.sges;
-        let n = w.num_sge;
         let off = w.read_rcvd as u64;
-        if let Err(e) = scatter(ctx.mrs, self.pd, &sges[..n], off, payload) {
+        if let Err(e) = scatter(ctx.mrs, self.pd, self.sq.sges(self.sq.head), off, payload) {
             return self.fail_head(ctx, e, 0);
         }
         let head = self.sq.head;

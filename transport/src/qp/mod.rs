@@ -105,7 +105,8 @@ pub(crate) struct SendWqe {
     pub opcode: WrOpcode,
     pub flags: SendFlags,
     pub signaled: bool,
-    pub sges: [Sge; MAX_SGE],
+    /// SGEs in the queue's pool ([`SendQueue::sges`]; kept out of the slot so that a WQE of a
+    /// QP with one SGE is two cache lines, not six).
     pub num_sge: usize,
     /// Inline payload (copied at post time), when `INLINE`.
     pub inline: Vec<u8>,
@@ -139,7 +140,6 @@ impl SendWqe {
             opcode: WrOpcode::Send,
             flags: SendFlags::NONE,
             signaled: false,
-            sges: [Sge::default(); MAX_SGE],
             num_sge: 0,
             inline: Vec::with_capacity(max_inline),
             is_inline: false,
@@ -157,9 +157,6 @@ impl SendWqe {
             read_req_off: 0,
             local_err: None,
         }
-    }
-    pub fn sges(&self) -> &[Sge] {
-        &self.sges[..self.num_sge]
     }
     /// Packets (SEND/WRITE) or PSNs (READ: response packets) this WQE uses at `mtu`.
     pub fn npkts(&self, mtu: usize) -> u32 {
@@ -240,6 +237,9 @@ impl RecvQueue {
 #[derive(Debug)]
 pub(crate) struct SendQueue {
     slots: Vec<SendWqe>,
+    /// Every slot's gather list: `per` entries per slot (`max_send_sge`).
+    sges: Vec<Sge>,
+    per: usize,
     mask: u64,
     depth: usize,
     pub head: u64,
@@ -247,15 +247,31 @@ pub(crate) struct SendQueue {
 }
 
 impl SendQueue {
-    fn new(depth: usize, max_inline: usize) -> SendQueue {
+    fn new(depth: usize, max_inline: usize, max_sge: u32) -> SendQueue {
         let n = depth.max(1).next_power_of_two();
+        let per = (max_sge as usize).clamp(1, MAX_SGE);
         SendQueue {
             slots: (0..n).map(|_| SendWqe::empty(max_inline)).collect(),
+            sges: vec![Sge::default(); n * per],
+            per,
             mask: n as u64 - 1,
             depth,
             head: 0,
             tail: 0,
         }
+    }
+    /// The gather list of WQE `i`.
+    #[inline]
+    pub fn sges(&self, i: u64) -> &[Sge] {
+        let at = (i & self.mask) as usize * self.per;
+        &self.sges[at..at + self.get(i).num_sge.min(self.per)]
+    }
+    /// Set the gather list of WQE `i` (the caller checked `list.len() <= max_send_sge`).
+    fn set_sges(&mut self, i: u64, list: &[Sge]) {
+        let n = list.len().min(self.per);
+        let at = (i & self.mask) as usize * self.per;
+        self.sges[at..at + n].copy_from_slice(&list[..n]);
+        self.get_mut(i).num_sge = n;
     }
     pub fn len(&self) -> usize {
         (self.tail - self.head) as usize
@@ -309,7 +325,7 @@ impl Qp {
             sq_sig_all: init.sq_sig_all,
             state: QpState::Reset,
             attr: QpAttr::default(),
-            sq: SendQueue::new(init.cap.max_send_wr as usize, init.cap.max_inline_data as usize),
+            sq: SendQueue::new(init.cap.max_send_wr as usize, init.cap.max_inline_data as usize, init.cap.max_send_sge),
             rq: RecvQueue::new(init.cap.max_recv_wr, init.cap.max_recv_sge),
             send: send_state::SendState::default(),
             resp: responder::Responder::default(),

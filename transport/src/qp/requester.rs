@@ -179,13 +179,12 @@ impl Qp {
         let idx = self.sq.tail;
         let mrs = &*ctx.mrs;
         let pd = self.pd;
+        self.sq.set_sges(idx, wr.sg_list);
         let w = self.sq.get_mut(idx);
         w.wr_id = wr.wr_id;
         w.opcode = wr.opcode;
         w.flags = wr.send_flags;
         w.signaled = self.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED);
-        w.num_sge = wr.sg_list.len();
-        w.sges[..w.num_sge].copy_from_slice(wr.sg_list);
         w.is_inline = inline;
         w.inline.clear();
         if inline {
@@ -287,7 +286,7 @@ impl Qp {
                 }
                 let need = if w.opcode.is_read_or_atomic() { AccessFlags::LOCAL_WRITE } else { AccessFlags::NONE };
                 if !w.is_inline {
-                    if let Err(st) = check_sges(ctx.mrs, self.pd, w.sges(), need) {
+                    if let Err(st) = check_sges(ctx.mrs, self.pd, self.sq.sges(cur), need) {
                         self.sq.get_mut(cur).local_err = Some(st);
                         continue;
                     }
@@ -386,7 +385,7 @@ impl Qp {
         let opcode = Self::request_opcode(w.opcode, position)?;
         let ack_req = self.send.ack_req_due(end, ctx.cfg.ack_req_interval);
         let solicited = end && w.flags.contains(SendFlags::SOLICITED);
-        let src = Source { sges: w.sges(), inline: w.is_inline.then_some(&w.inline[..]) };
+        let src = Source { sges: self.sq.sges(cur), inline: w.is_inline.then_some(&w.inline[..]) };
         // What the next packet of this message will read.
         let ahead = if end { 0 } else { (w.length - next_off).min(mtu as u32) as usize };
         let mut gather_ok = true;
@@ -430,7 +429,7 @@ impl Qp {
             return None;
         }
         let opcode = Self::request_opcode(w.opcode, Position::Middle)?;
-        let sge = w.sges()[0];
+        let sge = self.sq.sges(cur)[0];
         let next_off = off + n;
         // What the next packet reads, fetched meanwhile (`gather_to`'s `ahead` and `more`).
         let ahead = (w.length - next_off).min(n) as usize;
