@@ -31,7 +31,6 @@ struct Rig {
 }
 
 fn rig() -> Rig {
-    use QpAttrMask as M;
     let mut cfg = DeviceConfig::new(mac(2), &[ipv4(2).into()]);
     cfg.seed = 7;
     let mut dev = Device::new(cfg);
@@ -52,21 +51,21 @@ fn rig() -> Rig {
         .rkey;
     let k4 = dev.reg_mr_with_key(other_pd, vec![GUARD; PAGE].into_boxed_slice(), BASE + 4 * PAGE as u64, all, 0x500).unwrap().rkey;
     let k5 = dev.reg_mr_with_key(pd, vec![0u8; PAGE].into_boxed_slice(), BASE + 5 * PAGE as u64, AccessFlags::LOCAL_WRITE, 0x600).unwrap().lkey;
-    let a = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: all, ..Default::default() };
-    dev.modify_qp(qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).unwrap();
-    let a = QpAttr {
-        qp_state: QpState::Rtr,
+    let local = connect::RcLocal {
+        access: all,
         path_mtu: Mtu::Mtu256,
-        dest_qp_num: 0x22,
-        rq_psn: 100,
+        sq_psn: 500,
         max_dest_rd_atomic: 4,
+        max_rd_atomic: 4,
         min_rnr_timer: 1,
-        ah_attr: AddressVector { dgid: Gid::from(ipv4(1)), sgid_index: 1, dmac: mac(1), ..Default::default() },
-        ..a
+        timeout: 1,
+        retry_cnt: 2,
+        rnr_retry: 2,
+        hop_limit: 0,
+        ..Default::default()
     };
-    dev.modify_qp(qpn, &a, M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER).unwrap();
-    let a = QpAttr { qp_state: QpState::Rts, timeout: 1, retry_cnt: 2, rnr_retry: 2, sq_psn: 500, max_rd_atomic: 4, ..a };
-    dev.modify_qp(qpn, &a, M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC).unwrap();
+    let remote = connect::RcRemote { qpn: 0x22, psn: 100, gid: Gid::from(ipv4(1)), mac: mac(1) };
+    connect::connect_rc(&mut dev, qpn, &local, &remote).unwrap();
     Rig { dev, qpn, cq, keys: [k0, k1, k2, k3, k4, k5], posted: HashSet::new(), completed: HashSet::new(), next_wr: 0 }
 }
 
