@@ -1,4 +1,4 @@
-//! A QP's path: the headers of every frame it sends ([`FrameTemplate`]; the UDP source port
+//! A QP's path: the headers of every frame it sends (`FrameTemplate`; the UDP source port
 //! from [`crate::formulas::rc_udp_sport`]), and the IPv4 identification counters shared by the
 //! QPs of one (source, destination) pair.
 

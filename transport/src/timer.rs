@@ -7,7 +7,7 @@
 //! entry, when it comes due, is put back at the table's deadline; moving it *earlier* or arming
 //! it pushes one entry; stopping it only clears the table. So the per-packet path does no
 //! queue work, nothing is ever re-synchronised after a call, and firing timers costs
-//! O(log n) per event with no scan over the QPs ([`TimerQueue::pop_due`]).
+//! O(log n) per event with no scan over the QPs ([`TimerQueue::examine`]).
 
 use crate::time::Instant;
 use std::cmp::Reverse;

@@ -19,7 +19,7 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `device/mod.rs` | the [`Device`], its configuration knobs, and [`Device::with_qp`]: the one way to run a QP with the device's shared state |
+//! | `device/mod.rs` | the [`Device`], its configuration knobs, and `Device::with_qp`: the one way to run a QP with the device's shared state |
 //! | `device/objects.rs` | verbs objects: PDs, MRs, CQs, QPs (create, destroy, query) |
 //! | `device/modify.rs` | `ibv_modify_qp`: attribute validation and the transition |
 //! | `device/rx.rs` | receive routing: parse, ICRC, address / P_Key / QP checks, the WRITE fast path |

@@ -3,11 +3,19 @@
 //! scheduling each other through shared flags.
 //!
 //! * [`requester`]: turns send WQEs into request packets (segmentation by path MTU, PSNs,
-//!   AckReq cadence, send window, max_rd_atomic, fences) and rewinds for Go-Back-N.
+//!   AckReq cadence, send window, max_rd_atomic, fences, pacing).
 //! * [`completer`]: matches ACKs, NAKs, READ responses and atomic ACKs to send WQEs,
-//!   completes them in order, starts retries (NAK, implicit NAK, RNR, timeout).
+//!   completes them in order, and reports progress and losses (NAK, implicit NAK, RNR,
+//!   timeout) to the send state.
+//! * `send_state`: the send side's PSNs, cursor, retry budgets and loss recovery (Go-Back-N),
+//!   with one owner: the requester and the completer read it and report events to it; its
+//!   fields are private to it.
 //! * [`responder`]: checks and executes incoming requests (PSN, opcode sequence, access,
 //!   resources, length, R_Key), writes memory, and produces ACKs, NAKs and READ responses.
+//! * `pacing`, `table`, [`state`]: the pacer, the device's QPs by number, the state table.
+//!
+//! A QP's timers (local ACK timeout, RNR wait, pacing departure) are its own
+//! [`crate::timer::TimerTable`]; the device only keeps the queue that says when to look.
 
 pub mod completer;
 pub(crate) mod pacing;
