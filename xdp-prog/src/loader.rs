@@ -32,7 +32,8 @@ impl Error {
     }
 }
 
-/// An `XSKMAP`: slot `q` holds the AF_XDP socket for RX queue `q`.
+/// An `XSKMAP`: slot `q` holds the AF_XDP socket for RX queue `q` (one shard), or slot
+/// `q * shards + s` the socket of shard `s` on RX queue `q` ([`ProgramConfig::slot`]).
 #[derive(Debug)]
 pub struct XskMap {
     fd: OwnedFd,
@@ -40,7 +41,7 @@ pub struct XskMap {
 }
 
 impl XskMap {
-    /// Create an XSKMAP with `max_entries` slots (one per RX queue).
+    /// Create an XSKMAP with `max_entries` slots (one per RX queue and shard).
     pub fn create(name: &str, max_entries: u32) -> Result<Self, Error> {
         if max_entries == 0 {
             return Err(Error::InvalidArgument("XSKMAP needs at least one entry"));
@@ -64,13 +65,14 @@ impl XskMap {
         self.max_entries
     }
 
-    /// Put the AF_XDP socket `xsk_fd` into slot `queue`. The socket must already be bound
-    /// to that queue (the kernel checks and fails otherwise).
-    pub fn insert(&self, queue: u32, xsk_fd: BorrowedFd<'_>) -> Result<(), Error> {
-        if queue >= self.max_entries {
-            return Err(Error::InvalidArgument("queue index >= XSKMAP max_entries"));
+    /// Put the AF_XDP socket `xsk_fd` into `slot`. The socket should already be bound to the
+    /// RX queue whose slot this is: it only receives frames from that queue, and frames
+    /// redirected to it from another queue are dropped by the kernel.
+    pub fn insert(&self, slot: u32, xsk_fd: BorrowedFd<'_>) -> Result<(), Error> {
+        if slot >= self.max_entries {
+            return Err(Error::InvalidArgument("slot >= XSKMAP max_entries"));
         }
-        let key = queue;
+        let key = slot;
         let value: u32 = xsk_fd.as_raw_fd() as u32;
         let mut attr = MapElemAttr {
             map_fd: self.fd.as_raw_fd() as u32,
@@ -86,12 +88,12 @@ impl XskMap {
         Ok(())
     }
 
-    /// Empty slot `queue`. Removing an already empty slot is not an error.
-    pub fn remove(&self, queue: u32) -> Result<(), Error> {
-        if queue >= self.max_entries {
-            return Err(Error::InvalidArgument("queue index >= XSKMAP max_entries"));
+    /// Empty `slot`. Removing an already empty slot is not an error.
+    pub fn remove(&self, slot: u32) -> Result<(), Error> {
+        if slot >= self.max_entries {
+            return Err(Error::InvalidArgument("slot >= XSKMAP max_entries"));
         }
-        let key = queue;
+        let key = slot;
         let mut attr =
             MapElemAttr { map_fd: self.fd.as_raw_fd() as u32, key: &key as *const u32 as u64, ..Default::default() };
         // SAFETY: MapElemAttr is the BPF_MAP_DELETE_ELEM layout; `key` is a live 4-byte
@@ -184,15 +186,22 @@ pub struct XdpProgram {
 }
 
 impl XdpProgram {
-    /// Create an XSKMAP with `queues` slots, assemble the program for `config` and load it
-    /// through the verifier.
+    /// Create an XSKMAP with `queues * config.shards` slots (one per RX queue and shard),
+    /// assemble the program for `config` and load it through the verifier. `config.shards`
+    /// must be in 1..=[`crate::MAX_SHARDS`].
     pub fn load(config: &ProgramConfig, queues: u32) -> Result<Self, Error> {
-        let map = XskMap::create("uroce_xsks", queues)?;
+        if !config.shards_valid() {
+            return Err(Error::InvalidArgument("ProgramConfig::shards must be in 1..=64"));
+        }
+        let entries =
+            queues.checked_mul(config.shards).ok_or(Error::InvalidArgument("queues * shards overflows u32"))?;
+        let map = XskMap::create("uroce_xsks", entries)?;
         let prog = assemble(config, map.fd.as_raw_fd());
         let fd = load_insns(&prog.insns, "uroce_xdp", config.frags)?;
         tracing::debug!(
             insns = prog.insns.len(),
             queues,
+            shards = config.shards,
             port = config.udp_port,
             fallback = ?config.fallback,
             frags = config.frags,
@@ -209,6 +218,23 @@ impl XdpProgram {
     /// The configuration it was built from.
     pub fn config(&self) -> &ProgramConfig {
         &self.config
+    }
+
+    /// Number of RX queues the XSKMAP has slots for (its size divided by the shard count).
+    pub fn queues(&self) -> u32 {
+        self.map.max_entries() / self.config.shards
+    }
+
+    /// The XSKMAP slot for shard `shard`'s socket on RX queue `queue`: `queue * shards +
+    /// shard` ([`ProgramConfig::slot`]), checked against the shard count and the map size.
+    pub fn slot(&self, queue: u32, shard: u32) -> Result<u32, Error> {
+        if shard >= self.config.shards {
+            return Err(Error::InvalidArgument("shard >= ProgramConfig::shards"));
+        }
+        if queue >= self.queues() {
+            return Err(Error::InvalidArgument("queue >= the XSKMAP's queue count"));
+        }
+        Ok(self.config.slot(queue, shard))
     }
 
     /// The program fd.
@@ -267,10 +293,41 @@ impl XdpProgram {
     pub fn test_run(&self, frame: &[u8]) -> Result<TestRun, Error> {
         test_run_fd(self.prog.as_fd(), frame, 1)
     }
+
+    /// Run the program once on `frame` as if received on RX queue `queue` of interface
+    /// `ifindex` (in the calling thread's network namespace). The kernel requires `queue`
+    /// to be below the interface's real RX queue count (`EINVAL` otherwise).
+    pub fn test_run_on_queue(&self, frame: &[u8], ifindex: u32, queue: u32) -> Result<TestRun, Error> {
+        let size = u32::try_from(frame.len()).map_err(|_| Error::InvalidArgument("frame too big"))?;
+        let ctx = XdpMd {
+            data: 0,
+            data_end: size,
+            data_meta: 0,
+            ingress_ifindex: ifindex,
+            rx_queue_index: queue,
+            egress_ifindex: 0,
+        };
+        test_run_raw(self.prog.as_fd(), frame, 1, Some(&ctx))
+    }
+}
+
+/// `struct xdp_md`, the context passed in by `BPF_PROG_TEST_RUN`'s `ctx_in`.
+#[repr(C)]
+struct XdpMd {
+    data: u32,
+    data_end: u32,
+    data_meta: u32,
+    ingress_ifindex: u32,
+    rx_queue_index: u32,
+    egress_ifindex: u32,
 }
 
 /// Run the program `prog` `repeat` times on `frame`.
 pub fn test_run_fd(prog: BorrowedFd<'_>, frame: &[u8], repeat: u32) -> Result<TestRun, Error> {
+    test_run_raw(prog, frame, repeat, None)
+}
+
+fn test_run_raw(prog: BorrowedFd<'_>, frame: &[u8], repeat: u32, ctx: Option<&XdpMd>) -> Result<TestRun, Error> {
     let size = u32::try_from(frame.len()).map_err(|_| Error::InvalidArgument("frame too big"))?;
     let mut attr = TestRunAttr {
         prog_fd: prog.as_raw_fd() as u32,
@@ -279,8 +336,13 @@ pub fn test_run_fd(prog: BorrowedFd<'_>, frame: &[u8], repeat: u32) -> Result<Te
         repeat,
         ..Default::default()
     };
+    if let Some(ctx) = ctx {
+        attr.ctx_size_in = std::mem::size_of::<XdpMd>() as u32;
+        attr.ctx_in = ctx as *const XdpMd as u64;
+    }
     // SAFETY: TestRunAttr is the BPF_PROG_TEST_RUN layout; `data_in` points at `frame`,
-    // valid for `data_size_in` bytes during the call; data_out/ctx pointers are null, so the
+    // valid for `data_size_in` bytes during the call, and `ctx_in` (if set) at a live
+    // `XdpMd` of `ctx_size_in` bytes, both only read; data_out/ctx_out are null, so the
     // kernel writes only into `attr`.
     unsafe { bpf(BPF_PROG_TEST_RUN, &mut attr) }.map_err(|errno| Error::Syscall { step: Step::TestRun, errno })?;
     Ok(TestRun { retval: attr.retval, duration_ns: attr.duration })
@@ -495,8 +557,8 @@ pub struct XdpSteering {
 
 impl XdpSteering {
     /// Load the production program for interface `ifname` (XSKMAP sized from the
-    /// interface's maximum RX queue count, 1 if the driver does not report channels) and
-    /// attach it. `frags` is forced on when the MTU exceeds [`MAX_MTU_WITHOUT_FRAGS`].
+    /// interface's maximum RX queue count, 1 if the driver does not report channels, times
+    /// `config.shards`) and attach it. `frags` is forced on when the MTU exceeds [`MAX_MTU_WITHOUT_FRAGS`].
     pub fn install(ifname: &str, config: &ProgramConfig, mode: AttachMode) -> Result<Self, Error> {
         let ifindex = ifindex(ifname)?;
         let queues = match channels(ifname) {
@@ -516,14 +578,20 @@ impl XdpSteering {
         Ok(XdpSteering { attachment, program })
     }
 
-    /// Register the AF_XDP socket bound to `queue`.
-    pub fn register(&self, queue: u32, xsk_fd: BorrowedFd<'_>) -> Result<(), Error> {
-        self.program.xsk_map().insert(queue, xsk_fd)
+    /// Register an AF_XDP socket in XSKMAP `slot`. With one shard the slot is the RX queue
+    /// the socket is bound to; with several, use [`XdpSteering::slot`]`(queue, shard)`.
+    pub fn register(&self, slot: u32, xsk_fd: BorrowedFd<'_>) -> Result<(), Error> {
+        self.program.xsk_map().insert(slot, xsk_fd)
     }
 
-    /// Unregister the socket of `queue` (its traffic then goes to the fallback action).
-    pub fn unregister(&self, queue: u32) -> Result<(), Error> {
-        self.program.xsk_map().remove(queue)
+    /// Unregister the socket in `slot` (its traffic then goes to the fallback action).
+    pub fn unregister(&self, slot: u32) -> Result<(), Error> {
+        self.program.xsk_map().remove(slot)
+    }
+
+    /// The slot of shard `shard`'s socket on RX queue `queue` (see [`XdpProgram::slot`]).
+    pub fn slot(&self, queue: u32, shard: u32) -> Result<u32, Error> {
+        self.program.slot(queue, shard)
     }
 
     /// The loaded program.

@@ -1,4 +1,6 @@
-//! The XDP program: UDP/4791 (RoCEv2) → `XSKMAP[rx_queue_index]`, everything else → kernel.
+//! The XDP program: UDP/4791 (RoCEv2) → `XSKMAP[rx_queue_index]` (one shard) or
+//! `XSKMAP[rx_queue_index * shards + dest_qpn % shards]` (sharded runtime), everything else →
+//! kernel.
 //!
 //! Built with [`crate::asm::Asm`] from a [`ProgramConfig`]. The same builder produces the
 //! production program (fallback `XDP_PASS`) and test variants (fallback `XDP_DROP`, so that
@@ -29,6 +31,13 @@ const VLAN_HLEN: i32 = 4;
 const IPV4_MIN_HLEN: i32 = 20;
 const IPV6_HLEN: i32 = 40;
 const UDP_HLEN: i32 = 8;
+/// InfiniBand Base Transport Header length (IBTA vol. 1, 9.2); it follows the UDP header.
+const BTH_LEN: i32 = 12;
+/// Offset of the 24-bit destination QP in the BTH (byte 4 is reserved).
+const BTH_DEST_QP: i16 = 5;
+
+/// Largest supported [`ProgramConfig::shards`].
+pub const MAX_SHARDS: u32 = 64;
 
 /// XDP verdicts (`enum xdp_action`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,14 +80,40 @@ pub struct ProgramConfig {
     pub fallback: XdpAction,
     /// Load with `BPF_F_XDP_HAS_FRAGS` (multi-buffer aware). Needed for native XDP when the
     /// interface MTU exceeds what fits one page (about 3.5 KB on veth) and for AF_XDP
-    /// multi-buffer (`XDP_USE_SG`). The program only reads headers within the first 62
-    /// bytes, which are always in the linear part, so it is correct either way.
+    /// multi-buffer (`XDP_USE_SG`). The program only reads headers within the first 98
+    /// bytes (62 with one shard; VLAN + IPv4 with IHL 15 + UDP + BTH with several), which
+    /// are always in the linear part, so it is correct either way.
     pub frags: bool,
+    /// Number of engine shards, 1..=[`MAX_SHARDS`]. With 1 (the default) the program
+    /// redirects to `XSKMAP[rx_queue_index]` and never looks past the UDP header. With
+    /// `N > 1` it reads the BTH destination QP of a matching frame and redirects to slot
+    /// [`ProgramConfig::slot`]`(rx_queue_index, dest_qpn % N)`; a matching frame too short
+    /// to hold a whole BTH is `XDP_PASS` (see the crate docs).
+    pub shards: u32,
 }
 
 impl Default for ProgramConfig {
     fn default() -> Self {
-        ProgramConfig { udp_port: ROCEV2_UDP_PORT, fallback: XdpAction::Pass, frags: false }
+        ProgramConfig { udp_port: ROCEV2_UDP_PORT, fallback: XdpAction::Pass, frags: false, shards: 1 }
+    }
+}
+
+impl ProgramConfig {
+    /// The XSKMAP slot of shard `shard`'s socket on RX queue `queue`: `queue * shards +
+    /// shard`. With one shard this is `queue`. No range check (see
+    /// [`crate::XdpProgram::slot`] for the checked version).
+    pub fn slot(&self, queue: u32, shard: u32) -> u32 {
+        queue * self.shards + shard
+    }
+
+    /// The shard that owns QPN `qpn` (24-bit destination QP): `qpn % shards`.
+    pub fn shard_of(&self, qpn: u32) -> u32 {
+        (qpn & 0x00ff_ffff) % self.shards.max(1)
+    }
+
+    /// True if `shards` is in 1..=[`MAX_SHARDS`].
+    pub fn shards_valid(&self) -> bool {
+        (1..=MAX_SHARDS).contains(&self.shards)
     }
 }
 
@@ -90,8 +125,15 @@ fn net16(v: u16) -> i32 {
 
 /// Assemble the program for `cfg`; `map_fd` is the XSKMAP file descriptor (any value for a
 /// listing; the kernel resolves it at load time).
+///
+/// # Panics
+///
+/// If `cfg.shards` is not in 1..=[`MAX_SHARDS`] ([`crate::XdpProgram::load`] checks this
+/// first and returns an error instead).
 pub fn assemble(cfg: &ProgramConfig, map_fd: i32) -> Assembled {
     use Reg::*;
+    assert!(cfg.shards_valid(), "ProgramConfig::shards = {} is not in 1..={MAX_SHARDS}", cfg.shards);
+    let sharded = cfg.shards > 1;
     let mut a = Asm::new();
     let pass = a.label("pass");
     let l3 = a.label("l3");
@@ -157,14 +199,39 @@ pub fn assemble(cfg: &ProgramConfig, map_fd: i32) -> Assembled {
     a.comment("r4 = next header").load(Size::B, R4, R2, (ETH_HLEN + 6) as i16);
     a.comment("not UDP (ICMPv6/ND, TCP, extension headers)").jmp_imm(Cond::Ne, R4, 17, pass);
     a.comment("r4 = UDP destination port").load(Size::H, R4, R2, (ETH_HLEN + IPV6_HLEN + 2) as i16);
+    if sharded {
+        // Same convention as the IPv4 path from here on: UDP header at r2 + 14.
+        a.comment("r2 = base + IPv6 header length (UDP at r2 + 14)").alu64_imm(Alu::Add, R2, IPV6_HLEN);
+    }
 
     // Port check and redirect.
     a.bind(udp);
     a.comment("not our UDP port").jmp_imm(Cond::Ne, R4, net16(cfg.udp_port), pass);
+    if sharded {
+        // r2 + 14 is the UDP header, r2 + 22 the BTH. Read the 24-bit destination QP
+        // (big-endian, BTH bytes 5..8) a byte at a time.
+        let bth = ETH_HLEN + UDP_HLEN;
+        a.mov64_reg(R4, R2);
+        a.alu64_imm(Alu::Add, R4, bth + BTH_LEN);
+        a.comment("truncated BTH: not RoCEv2, kernel").jmp_reg(Cond::Gt, R4, R3, pass);
+        a.comment("r4 = dest QP bits 23..16").load(Size::B, R4, R2, bth as i16 + BTH_DEST_QP);
+        a.alu64_imm(Alu::Lsh, R4, 16);
+        a.comment("r5 = dest QP bits 15..8").load(Size::B, R5, R2, bth as i16 + BTH_DEST_QP + 1);
+        a.alu64_imm(Alu::Lsh, R5, 8);
+        a.alu64_reg(Alu::Or, R4, R5);
+        a.comment("r5 = dest QP bits 7..0").load(Size::B, R5, R2, bth as i16 + BTH_DEST_QP + 2);
+        a.comment("r4 = dest QPN").alu64_reg(Alu::Or, R4, R5);
+        a.comment("r4 = shard = dest QPN % shards").alu64_imm(Alu::Mod, R4, cfg.shards as i32);
+    }
     a.comment("r1 = &xsks_map").ld_map_fd(R1, map_fd);
     a.comment("r2 = ctx->rx_queue_index").load(Size::W, R2, R6, XDP_MD_RX_QUEUE_INDEX);
+    if sharded {
+        a.alu64_imm(Alu::Mul, R2, cfg.shards as i32);
+        a.comment("r2 = slot = queue * shards + shard").alu64_reg(Alu::Add, R2, R4);
+    }
     a.comment("r3 = action if the slot is empty").mov64_imm(R3, cfg.fallback as i32);
-    a.comment("bpf_redirect_map(map, queue, fallback)").call(BPF_FUNC_REDIRECT_MAP);
+    let call = if sharded { "bpf_redirect_map(map, slot, fallback)" } else { "bpf_redirect_map(map, queue, fallback)" };
+    a.comment(call).call(BPF_FUNC_REDIRECT_MAP);
     a.exit();
 
     a.bind(pass);
@@ -179,31 +246,74 @@ pub fn assemble(cfg: &ProgramConfig, map_fd: i32) -> Assembled {
 mod tests {
     use super::*;
 
-    /// The listing in the crate docs is the listing of the production program (map fd
-    /// shown as 0). Regenerate with
-    /// `UROCE_WRITE_LISTING=1 cargo test -p uroce-xdp-prog listing`.
+    /// The listings in the crate docs are those of the production program (map fd shown as
+    /// 0), unsharded and with 4 shards. Regenerate with
+    /// `UROCE_WRITE_LISTING=1 cargo test --release -p uroce-xdp-prog listing`.
     #[test]
     fn listing_in_docs_is_current() {
-        let listing = assemble(&ProgramConfig::default(), 0).listing();
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/listing.txt");
-        if std::env::var_os("UROCE_WRITE_LISTING").is_some() {
-            std::fs::write(path, &listing).unwrap();
+        let cases = [
+            (ProgramConfig::default(), "listing.txt", include_str!("listing.txt")),
+            (
+                ProgramConfig { shards: 4, ..ProgramConfig::default() },
+                "listing-sharded.txt",
+                include_str!("listing-sharded.txt"),
+            ),
+        ];
+        for (cfg, file, stored) in cases {
+            let listing = assemble(&cfg, 0).listing();
+            let path = format!("{}/src/{file}", env!("CARGO_MANIFEST_DIR"));
+            if std::env::var_os("UROCE_WRITE_LISTING").is_some() {
+                std::fs::write(&path, &listing).unwrap();
+            }
+            assert_eq!(listing, stored, "src/{file} is stale; regenerate it (see the test's doc comment)");
         }
-        assert_eq!(
-            listing,
-            include_str!("listing.txt"),
-            "src/listing.txt is stale; regenerate it (see the test's doc comment)"
-        );
     }
 
     #[test]
     fn config_changes_only_the_port_and_fallback_immediates() {
         let a = assemble(&ProgramConfig::default(), 3);
-        let b = assemble(&ProgramConfig { udp_port: 1234, fallback: XdpAction::Drop, frags: true }, 3);
+        let b = assemble(&ProgramConfig { udp_port: 1234, fallback: XdpAction::Drop, frags: true, shards: 1 }, 3);
         assert_eq!(a.insns.len(), b.insns.len());
         let diffs: Vec<usize> = (0..a.insns.len()).filter(|&i| a.insns[i] != b.insns[i]).collect();
         assert_eq!(diffs.len(), 2, "{diffs:?}");
         assert!(b.insns.iter().any(|i| i.imm == net16(1234)));
+    }
+
+    #[test]
+    fn one_shard_is_the_unsharded_program() {
+        // `shards: 1` must not change a single instruction (the listing test pins the bytes).
+        let one = assemble(&ProgramConfig { shards: 1, ..ProgramConfig::default() }, 3);
+        assert_eq!(one.insns, assemble(&ProgramConfig::default(), 3).insns);
+        assert!(!one.insns.iter().any(|i| i.code == 0x97 || i.code == 0x27), "no MOD/MUL with one shard");
+    }
+
+    #[test]
+    fn shards_add_the_bth_read_and_the_slot_arithmetic() {
+        let one = assemble(&ProgramConfig::default(), 3);
+        for n in [2u32, 3, 4, 7, 64] {
+            let p = assemble(&ProgramConfig { shards: n, ..ProgramConfig::default() }, 3);
+            assert_eq!(p.insns.len(), one.insns.len() + 14, "shards {n}");
+            // ALU64 MOD/MUL by immediate n.
+            assert!(p.insns.iter().any(|i| i.code == 0x97 && i.imm == n as i32), "shards {n}: MOD");
+            assert!(p.insns.iter().any(|i| i.code == 0x27 && i.imm == n as i32), "shards {n}: MUL");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "not in 1..=64")]
+    fn zero_shards_do_not_assemble() {
+        assemble(&ProgramConfig { shards: 0, ..ProgramConfig::default() }, 3);
+    }
+
+    #[test]
+    fn slot_and_shard_formulas() {
+        let c = ProgramConfig { shards: 4, ..ProgramConfig::default() };
+        assert_eq!(c.slot(0, 3), 3);
+        assert_eq!(c.slot(2, 1), 9);
+        assert_eq!(c.shard_of(0x00_0102), 0x102 % 4);
+        assert_eq!(c.shard_of(0xff00_0007), 3, "only the 24 QPN bits count");
+        assert_eq!(ProgramConfig::default().slot(5, 0), 5);
+        assert!(!ProgramConfig { shards: 65, ..c }.shards_valid());
     }
 
     #[test]

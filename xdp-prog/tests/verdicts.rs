@@ -251,8 +251,9 @@ fn other_port_and_fallback_are_parameters() {
     if !privileged("other_port_and_fallback_are_parameters") {
         return;
     }
-    let p = XdpProgram::load(&ProgramConfig { udp_port: 5555, fallback: XdpAction::Aborted, frags: true }, 1)
-        .expect("load frags program");
+    let p =
+        XdpProgram::load(&ProgramConfig { udp_port: 5555, fallback: XdpAction::Aborted, frags: true, shards: 1 }, 1)
+            .expect("load frags program");
     let to = |port| cat(eth(0x0800, None), ipv4(17, 0, &[], &udp(1, port, &[1, 2, 3])));
     assert_eq!(verdict(&p, &to(5555)), XdpAction::Aborted);
     assert_eq!(verdict(&p, &to(4791)), XdpAction::Pass);
