@@ -15,35 +15,22 @@ impl Device {
         if mask.contains(M::PATH_MTU) && attr.path_mtu > self.cfg.active_mtu {
             return bad("path_mtu larger than the port's active MTU");
         }
-        if mask.contains(M::TIMEOUT) && attr.timeout > 31 {
-            return bad("timeout");
-        }
-        if mask.contains(M::RETRY_CNT) && attr.retry_cnt > 7 {
-            return bad("retry_cnt");
-        }
-        if mask.contains(M::RNR_RETRY) && attr.rnr_retry > 7 {
-            return bad("rnr_retry");
-        }
-        if mask.contains(M::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
-            return bad("min_rnr_timer");
-        }
-        if mask.contains(M::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > self.cfg.max_qp_rd_atom {
-            return bad("max_rd_atomic");
-        }
-        if mask.contains(M::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > self.cfg.max_qp_rd_atom {
-            return bad("max_dest_rd_atomic");
-        }
-        if mask.contains(M::DEST_QPN) && attr.dest_qp_num > 0xff_ffff {
-            return bad("dest_qp_num");
-        }
-        if mask.contains(M::RQ_PSN) && attr.rq_psn > 0xff_ffff {
-            return bad("rq_psn");
-        }
-        if mask.contains(M::SQ_PSN) && attr.sq_psn > 0xff_ffff {
-            return bad("sq_psn");
-        }
-        if mask.contains(M::PKEY_INDEX) && attr.pkey_index != 0 {
-            return bad("pkey_index (the P_Key table holds one entry)");
+        // The ranges `ibv_modify_qp` enforces (EINVAL), as a table: attribute, value, largest.
+        let rd = u32::from(self.cfg.max_qp_rd_atom);
+        let limits: [(QpAttrMask, u32, u32, &'static str); 10] = [
+            (M::TIMEOUT, attr.timeout.into(), 31, "timeout"),
+            (M::RETRY_CNT, attr.retry_cnt.into(), 7, "retry_cnt"),
+            (M::RNR_RETRY, attr.rnr_retry.into(), 7, "rnr_retry"),
+            (M::MIN_RNR_TIMER, attr.min_rnr_timer.into(), 31, "min_rnr_timer"),
+            (M::MAX_QP_RD_ATOMIC, attr.max_rd_atomic.into(), rd, "max_rd_atomic"),
+            (M::MAX_DEST_RD_ATOMIC, attr.max_dest_rd_atomic.into(), rd, "max_dest_rd_atomic"),
+            (M::DEST_QPN, attr.dest_qp_num, 0xff_ffff, "dest_qp_num"),
+            (M::RQ_PSN, attr.rq_psn, 0xff_ffff, "rq_psn"),
+            (M::SQ_PSN, attr.sq_psn, 0xff_ffff, "sq_psn"),
+            (M::PKEY_INDEX, attr.pkey_index.into(), 0, "pkey_index (the P_Key table holds one entry)"),
+        ];
+        if let Some(&(_, _, _, what)) = limits.iter().find(|(m, v, max, _)| mask.contains(*m) && v > max) {
+            return bad(what);
         }
         if mask.contains(M::PORT) && attr.port_num != 1 {
             return bad("port_num");
