@@ -8,7 +8,7 @@ use common::*;
 use std::cell::RefCell;
 use std::rc::Rc;
 use uroce_transport::sim::setup::*;
-use uroce_transport::sim::LinkConfig;
+use uroce_transport::sim::{LinkConfig, Network};
 use uroce_transport::*;
 use uroce_wire::{parse_frame, EthernetAddress};
 
@@ -30,15 +30,16 @@ fn tap(net: &mut uroce_transport::sim::Network) -> Log {
     log
 }
 
-/// Run one `len`-byte RDMA WRITE from node 0 with the QP limited to `rate` bit/s; returns the
-/// request frames' departures and lengths.
-fn paced_write(rate: u64, len: usize, mtu: Mtu) -> Vec<(Instant, usize)> {
+/// A pair with a `len`-byte source on node 0 and destination on node 1, node 0's QP limited to
+/// `rate` bit/s (`None`: unlimited), and one signaled `len`-byte RDMA WRITE posted; returns the
+/// network, node 0's QP, the destination region and node 0's frame log.
+fn posted_write(rate: Option<u64>, len: usize, mtu: Mtu) -> (Network, QpEnd, MrInfo, Log) {
     let o = QpOptions { mtu, ..Default::default() };
     let (mut net, a, b) = pair(7, LinkConfig::default(), &o);
     let src = reg(&mut net, 0, a.pd, len, ALL_ACCESS, |i| pattern(1, i));
     let dst = reg(&mut net, 1, b.pd, len, ALL_ACCESS, |_| 0);
-    net.dev(0).set_rate_limit(a.qpn, Some(rate)).unwrap();
-    assert_eq!(net.dev(0).qp(a.qpn).unwrap().rate_limit(), Some(rate));
+    net.dev(0).set_rate_limit(a.qpn, rate).unwrap();
+    assert_eq!(net.dev(0).qp(a.qpn).unwrap().rate_limit(), rate);
     let log = tap(&mut net);
     let s = [sge(&src, 0, len)];
     let wr = SendWr {
@@ -51,8 +52,14 @@ fn paced_write(rate: u64, len: usize, mtu: Mtu) -> Vec<(Instant, usize)> {
         ..Default::default()
     };
     net.dev(0).post_send(a.qpn, &wr).unwrap();
+    (net, a, dst, log)
+}
 
-    // Drive by hand for the first packets: the device names each departure as its timeout.
+/// Run one `len`-byte RDMA WRITE from node 0 with the QP limited to `rate` bit/s; returns the
+/// request frames' departures and lengths.
+fn paced_write(rate: u64, len: usize, mtu: Mtu) -> Vec<(Instant, usize)> {
+    // Driven by hand for the first packets: the device names each departure as its timeout.
+    let (mut net, ..) = posted_write(Some(rate), len, mtu);
     let mut buf = vec![0u8; 9300];
     let t0 = Instant::from_nanos(1_000);
     let d = net.dev(0);
@@ -65,16 +72,9 @@ fn paced_write(rate: u64, len: usize, mtu: Mtu) -> Vec<(Instant, usize)> {
     assert_eq!(d.poll_transmit(early, &mut buf), None, "not a nanosecond early");
     d.handle_timeout(due);
     assert!(d.poll_transmit(due, &mut buf).is_some(), "and at the departure it goes");
-    // Back to a fresh pair for the logged run (these two frames went nowhere).
-    drop(log);
-    let (mut net, a, b) = pair(7, LinkConfig::default(), &o);
-    let src = reg(&mut net, 0, a.pd, len, ALL_ACCESS, |i| pattern(1, i));
-    let dst = reg(&mut net, 1, b.pd, len, ALL_ACCESS, |_| 0);
-    net.dev(0).set_rate_limit(a.qpn, Some(rate)).unwrap();
-    let log = tap(&mut net);
-    let s = [sge(&src, 0, len)];
-    let wr = SendWr { sg_list: &s, remote_addr: dst.addr, rkey: dst.rkey, ..wr };
-    net.dev(0).post_send(a.qpn, &wr).unwrap();
+
+    // A fresh pair for the logged run, driven by the simulator.
+    let (mut net, a, dst, log) = posted_write(Some(rate), len, mtu);
     let wcs = wait_wcs(&mut net, &a, 1, 1_000_000);
     assert_eq!(wcs[0].status, WcStatus::Success);
     assert_eq!(mr_bytes(&mut net, 1, &dst), (0..len).map(|i| pattern(1, i)).collect::<Vec<_>>());
@@ -116,25 +116,11 @@ fn an_uneven_rate_carries_its_remainders() {
 
 #[test]
 fn without_a_limit_a_window_leaves_at_once() {
-    let o = QpOptions::default();
-    let (mut net, a, b) = pair(7, LinkConfig::default(), &o);
-    let src = reg(&mut net, 0, a.pd, 16 * 1024, ALL_ACCESS, |i| pattern(2, i));
-    let dst = reg(&mut net, 1, b.pd, 16 * 1024, ALL_ACCESS, |_| 0);
-    assert_eq!(net.dev(0).set_rate_limit(a.qpn, Some(0)), Err(VerbsError::InvalidArgument("rate limit 0")));
-    net.dev(0).set_rate_limit(a.qpn, Some(1_000_000)).unwrap();
-    net.dev(0).set_rate_limit(a.qpn, None).unwrap();
-    let log = tap(&mut net);
-    let s = [sge(&src, 0, 16 * 1024)];
-    let wr = SendWr {
-        wr_id: 1,
-        opcode: WrOpcode::RdmaWrite,
-        sg_list: &s,
-        send_flags: SendFlags::SIGNALED,
-        remote_addr: dst.addr,
-        rkey: dst.rkey,
-        ..Default::default()
-    };
-    net.dev(0).post_send(a.qpn, &wr).unwrap();
+    let (mut net, a, _, log) = posted_write(None, 16 * 1024, Mtu::Mtu1024);
+    let d = net.dev(0);
+    assert_eq!(d.set_rate_limit(a.qpn, Some(0)), Err(VerbsError::InvalidArgument("rate limit 0")));
+    d.set_rate_limit(a.qpn, Some(1_000_000)).unwrap();
+    d.set_rate_limit(a.qpn, None).unwrap();
     assert_eq!(wait_wcs(&mut net, &a, 1, 100_000)[0].status, WcStatus::Success);
     let reqs: Vec<Instant> = log.borrow().iter().filter(|f| f.2).map(|f| f.0).collect();
     assert_eq!(reqs.len(), 16);
