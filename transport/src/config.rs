@@ -54,6 +54,32 @@ pub struct DeviceConfig {
     /// Build the MIDDLE packets of large SENDs and WRITEs on the transmit fast path; off, every
     /// packet is built by the general path (byte for byte the same frames, slower).
     pub tx_fast_path: bool,
+    /// Which QPNs this device hands out: `qpn % count == index`. A sharded runtime runs one
+    /// device per shard and steers each frame to the shard `dest QPN % count` (the XDP
+    /// program's `ProgramConfig::shards`), so a shard must own exactly its residue class.
+    pub qpn_shard: QpnShard,
+}
+
+/// A residue class of QP numbers (see [`DeviceConfig::qpn_shard`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpnShard {
+    /// This shard.
+    pub index: u32,
+    /// Shards in all (1: every QPN).
+    pub count: u32,
+}
+
+impl Default for QpnShard {
+    fn default() -> Self {
+        QpnShard { index: 0, count: 1 }
+    }
+}
+
+impl QpnShard {
+    /// Whether `qpn` belongs to this shard.
+    pub fn owns(&self, qpn: u32) -> bool {
+        qpn % self.count.max(1) == self.index
+    }
 }
 
 impl DeviceConfig {
@@ -78,6 +104,7 @@ impl DeviceConfig {
             quirks: Quirks::default(),
             rx_fast_path: true,
             tx_fast_path: true,
+            qpn_shard: QpnShard::default(),
         }
     }
 }

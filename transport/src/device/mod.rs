@@ -31,7 +31,7 @@ mod objects;
 mod rx;
 mod schedule;
 
-pub use crate::config::{DeviceConfig, Ipv4Ident, Quirks};
+pub use crate::config::{DeviceConfig, Ipv4Ident, QpnShard, Quirks};
 pub use crate::formulas::{calc_flow_label, rc_udp_sport as udp_sport};
 pub use objects::MrInfo;
 pub use rx::RxDrop;

@@ -3,6 +3,7 @@
 //! `ibv_create_qp`, ...).
 
 use super::Device;
+use crate::config::QpnShard;
 use crate::cq::Cq;
 use crate::mr::{AppMemory, MemoryRegion, MrMemory};
 use crate::qp::Qp;
@@ -234,12 +235,20 @@ impl Device {
         if c.max_inline_data > MAX_INLINE {
             return Err(VerbsError::InvalidArgument("max_inline_data"));
         }
-        if self.qps.len() >= 1 << 20 {
+        // Random, in this device's residue class (`DeviceConfig::qpn_shard`), above 0x10; at
+        // most half the class in use, so that a draw finds a free number quickly.
+        let QpnShard { index, count } = self.cfg.qpn_shard;
+        let count = count.max(1);
+        if index >= count {
+            return Err(VerbsError::InvalidArgument("qpn_shard index not below its count"));
+        }
+        if self.qps.len() >= (1 << 20).min((1 << 23) / count as usize) {
             return Err(VerbsError::Exhausted("QP numbers"));
         }
         let qpn = loop {
-            let q = (self.rng.next_u32() & 0xff_ffff).max(0x11);
-            if !self.qps.contains_key(&q) {
+            let r = self.rng.next_u32() & 0xff_ffff;
+            let q = r - r % count + index;
+            if (0x11..=0xff_ffff).contains(&q) && !self.qps.contains_key(&q) {
                 break q;
             }
         };

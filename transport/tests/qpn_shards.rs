@@ -1,0 +1,44 @@
+//! QPN residue classes for sharded runtimes: a device configured as shard `i` of `n` hands out
+//! only QPNs with `qpn % n == i` (the XDP program steers each frame by `dest QPN % n`), still at
+//! random and above the 16 reserved numbers; a bad configuration is refused, not looped on.
+
+use uroce_transport::sim::setup::{ipv4, mac};
+use uroce_transport::*;
+
+fn device(index: u32, count: u32) -> Device {
+    let mut cfg = DeviceConfig::new(mac(1), &[ipv4(1).into()]);
+    cfg.seed = 5 + index as u64;
+    cfg.qpn_shard = QpnShard { index, count };
+    Device::new(cfg)
+}
+
+fn create(d: &mut Device, n: usize) -> Result<Vec<u32>, VerbsError> {
+    let pd = d.alloc_pd();
+    let cq = d.create_cq(16)?;
+    let cap = QpCap { max_send_wr: 1, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let init = QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false };
+    (0..n).map(|_| d.create_qp(pd, &init)).collect()
+}
+
+#[test]
+fn each_shard_gets_only_its_residue_class() {
+    for count in [1u32, 2, 3, 4, 7, 64] {
+        for index in 0..count.min(5) {
+            let mut d = device(index, count);
+            let qpns = create(&mut d, 500).unwrap();
+            let class = QpnShard { index, count };
+            assert!(qpns.iter().all(|&q| class.owns(q) && (0x11..=0xff_ffff).contains(&q)), "{class:?}: {qpns:x?}");
+            let mut sorted = qpns.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), 500, "distinct");
+            assert!(qpns.windows(2).any(|w| w[1] < w[0]), "random, not sequential");
+        }
+    }
+}
+
+#[test]
+fn a_bad_shard_is_refused() {
+    let mut d = device(4, 4);
+    assert_eq!(create(&mut d, 1), Err(VerbsError::InvalidArgument("qpn_shard index not below its count")));
+}
