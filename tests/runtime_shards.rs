@@ -132,7 +132,7 @@ fn post_writes(a: &Side, b: &Side, i: usize, first: u64, count: usize, size: usi
     let raddr = p.mr.addr + len as u64;
     a.rt.with(q.shard, move |port| {
         let dev = port.device();
-        let slots = (len as usize / size).max(1) as u64;
+        let slots = (len / size).max(1) as u64;
         let mut n = 0;
         for k in 0..count as u64 {
             let off = ((first + k) % slots) * size as u64;
