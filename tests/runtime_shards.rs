@@ -242,8 +242,9 @@ fn four_shards_on_a_four_queue_veth() {
     }
 }
 
-/// Aggregate RDMA WRITE bandwidth (64 KiB messages, 4 QPs per shard, one direction) for 1,
-/// 2 and 4 shards on a 4-queue veth; run by `scripts/bench-scaling`.
+/// Aggregate RDMA WRITE bandwidth (64 KiB messages, one direction) for 1, 2 and 4 shards on
+/// a 4-queue veth, with the same number of QPs in all (`UROCE_BENCH_QPS`, default 16, spread
+/// evenly over the shards) so that only the sharding changes; run by `scripts/bench-scaling`.
 #[test]
 #[ignore]
 fn bench_scaling() {
@@ -254,7 +255,7 @@ fn bench_scaling() {
     let secs: f64 = std::env::var("UROCE_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0);
     const SIZE: usize = 65536;
     const LEN: usize = 4 << 20;
-    const PER_SHARD: usize = 4;
+    let qps: usize = std::env::var("UROCE_BENCH_QPS").ok().and_then(|s| s.parse().ok()).unwrap_or(16);
     const DEPTH: usize = 64;
     println!("cores: {}", std::thread::available_parallelism().map_or(1, |n| n.get()));
     println!("{:>7} {:>6} {:>10} {:>12} {:>10}", "shards", "QPs", "msgs", "MB/s", "Gb/s");
@@ -262,8 +263,9 @@ fn bench_scaling() {
         let net =
             NetPair::create(&PairConfig { subnet: 99, queues: QUEUES, ..PairConfig::new(&format!("bs{n}"), 1500) })
                 .unwrap();
-        let a = open(&net.a, &net.b, n, PER_SHARD, LEN);
-        let b = open(&net.b, &net.a, n, PER_SHARD, LEN);
+        let per_shard = qps.div_ceil(n as usize).max(1);
+        let a = open(&net.a, &net.b, n, per_shard, LEN);
+        let b = open(&net.b, &net.a, n, per_shard, LEN);
         connect(&a, &b);
         connect(&b, &a);
         let mut posted = vec![0u64; a.qps.len()];
