@@ -242,6 +242,39 @@ fn four_shards_on_a_four_queue_veth() {
     }
 }
 
+/// More shards than the interface has receive queues is refused (a shard's sockets cannot
+/// share a queue with another shard's), and the error says so.
+#[test]
+fn more_shards_than_queues_is_refused() {
+    if !prereq("more_shards_than_queues_is_refused") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let net = NetPair::create(&PairConfig { subnet: 94, queues: 2, ..PairConfig::new("shq", 1500) }).unwrap();
+    let (ifname, ip) = (net.a.ifname.clone(), net.a.ip());
+    let err = netns::spawn_in(&net.a.ns, move || {
+        let cfg = ShardedConfig {
+            port: PortConfig {
+                ifname: Some(ifname),
+                local_ip: ip,
+                backend: BackendKind::Xdp(Default::default()),
+                seed: Some(1),
+                pcap: None,
+                inject: None,
+                tweak: None,
+            },
+            shards: 4,
+            cpus: None,
+        };
+        ShardedRuntime::open(&cfg).err().map(|e| format!("{e:#}"))
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    let err = err.expect("4 shards on 2 queues refused");
+    assert!(err.contains("4 shards need at least 4 receive queues"), "{err}");
+}
+
 /// Aggregate RDMA WRITE bandwidth (64 KiB messages, one direction) for 1, 2 and 4 shards on
 /// a 4-queue veth, with the same number of QPs in all (`UROCE_BENCH_QPS`, default 16, spread
 /// evenly over the shards) so that only the sharding changes; run by `scripts/bench-scaling`.

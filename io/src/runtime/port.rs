@@ -431,3 +431,45 @@ impl Drop for Port {
         self.flush_capture();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::dest_qpn;
+
+    /// A RoCEv2 frame's headers up to the BTH: Ethernet (+ `vlan`), IPv4 with `ihl` words or
+    /// IPv6, UDP, a BTH with destination QP `qpn`.
+    fn frame(vlan: bool, v6: bool, ihl: u8, qpn: u32) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        if vlan {
+            f.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+        }
+        if v6 {
+            f.extend_from_slice(&[0x86, 0xdd]);
+            f.extend_from_slice(&[0x60; 40]);
+        } else {
+            f.extend_from_slice(&[0x08, 0x00]);
+            let mut ip = vec![0u8; 4 * ihl as usize];
+            ip[0] = 0x40 | ihl;
+            f.extend_from_slice(&ip);
+        }
+        f.extend_from_slice(&[0x12, 0x34, 0x12, 0xb7, 0, 0, 0, 0]);
+        let q = qpn.to_be_bytes();
+        f.extend_from_slice(&[0x0a, 0, 0xff, 0xff, 0x00, q[1], q[2], q[3], 0, 0, 0, 1]);
+        f
+    }
+
+    #[test]
+    fn dest_qpn_of_every_encapsulation() {
+        for (vlan, v6, ihl) in
+            [(false, false, 5), (true, false, 5), (false, false, 7), (false, true, 5), (true, true, 5)]
+        {
+            let f = frame(vlan, v6, ihl, 0xabcdef);
+            assert_eq!(dest_qpn(&f), Some(0xabcdef), "vlan {vlan} v6 {v6} ihl {ihl}");
+            assert_eq!(dest_qpn(&f[..f.len() - 5]), None, "truncated BTH");
+        }
+        let mut arp = frame(false, false, 5, 1);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(dest_qpn(&arp), None);
+        assert_eq!(dest_qpn(&[]), None);
+    }
+}
