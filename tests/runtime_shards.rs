@@ -224,8 +224,39 @@ fn run_shards(n: u32, subnet: u8) {
             assert_eq!(st.queue_rx_frames.len(), (QUEUES / n) as usize, "{name} shard {s}: one socket per own queue");
         }
     }
-    drop(a);
-    drop(b);
+    // Idle: 2N shard threads with nothing to do sleep on their sockets (almost no CPU).
+    std::thread::sleep(Duration::from_millis(300));
+    let (c0, t0) = (cpu_time(), Instant::now());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = (cpu_time() - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    eprintln!("idle CPU use of {} shard threads: {:.2}% of one core", 2 * n, used * 100.0);
+    assert!(used < 0.05, "idle shard threads use {:.1}% of a core", used * 100.0);
+    // `post` (not waiting) runs on the shard's thread in order with later commands.
+    let (tx, rx) = std::sync::mpsc::channel();
+    for s in 0..n as usize {
+        let tx = tx.clone();
+        a.rt.post(s, move |p| tx.send((s, p.device_ref().config().qpn_shard.index)).unwrap());
+    }
+    let mut seen: Vec<(usize, u32)> = (0..n).map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap()).collect();
+    seen.sort();
+    assert_eq!(seen, (0..n).map(|s| (s as usize, s)).collect::<Vec<_>>(), "each post ran on its own shard");
+    for side in [a, b] {
+        let ports = side.rt.stop();
+        assert_eq!(ports.len(), n as usize, "every shard's port back");
+        for p in &ports {
+            assert_eq!(p.device_ref().counters().icrc_err, 0);
+        }
+    }
+}
+
+/// CPU time used by this process so far.
+fn cpu_time() -> Duration {
+    // SAFETY: an all-zero rusage is a valid value of this plain-data struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the valid struct we pass.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 #[test]
