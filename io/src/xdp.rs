@@ -125,8 +125,9 @@ impl XdpBackend {
     }
 
     /// The backend of shard `shard` of `shards` (see [`crate::runtime::ShardedRuntime`]): one
-    /// AF_XDP socket on each receive queue `q` with `q % shards == shard` (of `opts.queues`,
-    /// default every queue), registered at the program's slot `(q, shard)`. `steering` must
+    /// AF_XDP socket on every `shards`-th receive queue of `opts.queues` (default every queue,
+    /// so queue `q` with `q % shards == shard`), starting at position `shard`, each registered
+    /// at the program's slot `(q, shard)`. `steering` must
     /// have been installed for `shards` shards. An interface with fewer queues than shards is
     /// refused: a socket cannot share a queue with another shard's (the kernel allows one
     /// UMEM pool per queue; sharing it would share its fill and completion rings).

@@ -12,8 +12,9 @@
 //!   shared by the shards' backends (an `Arc<XdpSteering>`; detached when the last shard's
 //!   backend goes). A RoCE frame arriving on RX queue `q` goes to XSKMAP slot
 //!   `q * N + dest_qpn % N`.
-//! * Shard `s` binds one AF_XDP socket on each RX queue `q` with `q % N == s` (the interface
-//!   needs at least `N` queues) and registers it at slot `(q, s)`. The kernel allows one UMEM
+//! * Shard `s` binds one AF_XDP socket on each RX queue `q` with `q % N == s` (every `N`-th
+//!   queue of `XdpOptions::queues` when that lists them; at least `N` queues needed) and
+//!   registers it at slot `(q, s)`. The kernel allows one UMEM
 //!   pool per (device, queue) — a second socket on a queue must share the first one's fill and
 //!   completion rings, i.e. a lock between shards — so a shard owns its queues exclusively.
 //!
