@@ -20,6 +20,7 @@ use super::xsk::{BindMode, XskConfig, XskError, XskSocket};
 use super::{Backend, MAX_FRAME};
 use std::io;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::time::Duration;
 use uroce_xdp_prog::{AttachMode, ProgramConfig, XdpSteering};
 
@@ -84,7 +85,8 @@ impl Default for XdpOptions {
 pub struct XdpBackend {
     // Field order is drop order: unregister-by-close the sockets, then detach the program.
     sockets: Vec<XskSocket>,
-    steering: XdpSteering,
+    /// Shared by the backends of every shard of a sharded runtime (detached when the last goes).
+    steering: Arc<XdpSteering>,
     ifname: String,
     next_tx: usize,
     scratch: Vec<u8>,
@@ -98,6 +100,71 @@ pub struct XdpBackend {
 impl XdpBackend {
     /// Attach the XDP program to `ifname` and bind an AF_XDP socket to each queue.
     pub fn open(ifname: &str, opts: &XdpOptions) -> io::Result<XdpBackend> {
+        let steering = Arc::new(Self::install(ifname, opts.attach, 1)?);
+        let queues: Vec<u32> = match &opts.queues {
+            Some(q) => q.clone(),
+            None => (0..rx_queues(ifname)).collect(),
+        };
+        let slots: Vec<(u32, u32)> = queues.iter().map(|&q| (q, q)).collect();
+        Self::open_slots(ifname, opts, steering, &slots)
+    }
+
+    /// Install the XDP program on `ifname` for `shards` engine shards (1: the unsharded
+    /// program), to be shared by the shards' backends ([`XdpBackend::open_shard`]).
+    pub fn install(ifname: &str, attach: AttachMode, shards: u32) -> io::Result<XdpSteering> {
+        let err = |what: &str, e: &dyn std::fmt::Display| io::Error::other(format!("{ifname}: {what}: {e}"));
+        let link_mtu = uroce_xdp_prog::mtu(ifname).map_err(|e| err("MTU", &e))? as usize;
+        let cfg = ProgramConfig { frags: link_mtu > MAX_SINGLE_CHUNK_MTU, shards, ..Default::default() };
+        XdpSteering::install(ifname, &cfg, attach).map_err(|e| match e.is_permission_denied() {
+            true => io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                NotPermitted { ifname: ifname.to_string(), refused: format!("attach the XDP program: {e}") },
+            ),
+            false => err("attach the XDP program", &e),
+        })
+    }
+
+    /// The backend of shard `shard` of `shards` (see [`crate::runtime::ShardedRuntime`]): one
+    /// AF_XDP socket on every `shards`-th receive queue of `opts.queues` (default every queue,
+    /// so queue `q` with `q % shards == shard`), starting at position `shard`, each registered
+    /// at the program's slot `(q, shard)`. `steering` must
+    /// have been installed for `shards` shards. An interface with fewer queues than shards is
+    /// refused: a socket cannot share a queue with another shard's (the kernel allows one
+    /// UMEM pool per queue; sharing it would share its fill and completion rings).
+    pub fn open_shard(
+        ifname: &str,
+        opts: &XdpOptions,
+        steering: Arc<XdpSteering>,
+        shard: u32,
+        shards: u32,
+    ) -> io::Result<XdpBackend> {
+        let queues: Vec<u32> = match &opts.queues {
+            Some(q) => q.clone(),
+            None => (0..rx_queues(ifname)).collect(),
+        };
+        if (queues.len() as u32) < shards {
+            return Err(io::Error::other(format!(
+                "{ifname}: {shards} shards need at least {shards} receive queues, it has {}",
+                queues.len()
+            )));
+        }
+        let mut slots = Vec::new();
+        for (i, &q) in queues.iter().enumerate() {
+            if i as u32 % shards == shard {
+                let slot = steering.slot(q, shard).map_err(|e| io::Error::other(format!("{ifname}: slot: {e}")))?;
+                slots.push((q, slot));
+            }
+        }
+        Self::open_slots(ifname, opts, steering, &slots)
+    }
+
+    /// Bind a socket to each `(queue, slot)` and register it at `slot`.
+    fn open_slots(
+        ifname: &str,
+        opts: &XdpOptions,
+        steering: Arc<XdpSteering>,
+        slots: &[(u32, u32)],
+    ) -> io::Result<XdpBackend> {
         let err = |what: &str, e: &dyn std::fmt::Display| io::Error::other(format!("{ifname}: {what}: {e}"));
         let not_permitted = |what: &str, e: &dyn std::fmt::Display| {
             let refused = format!("{what}: {e}");
@@ -105,23 +172,10 @@ impl XdpBackend {
         };
         let link_mtu = uroce_xdp_prog::mtu(ifname).map_err(|e| err("MTU", &e))? as usize;
         let multi_buffer = link_mtu > MAX_SINGLE_CHUNK_MTU;
-        let steering =
-            XdpSteering::install(ifname, &ProgramConfig { frags: multi_buffer, ..Default::default() }, opts.attach)
-                .map_err(|e| match e.is_permission_denied() {
-                    true => not_permitted("attach the XDP program", &e),
-                    false => err("attach the XDP program", &e),
-                })?;
-        let queues: Vec<u32> = match &opts.queues {
-            Some(q) => q.clone(),
-            None => {
-                let n = uroce_xdp_prog::channels(ifname).map(|c| c.rx_queues()).unwrap_or(1).max(1);
-                (0..n).collect()
-            }
-        };
         let cfg = XskConfig { frame_count: opts.frames, mode: opts.bind, multi_buffer, ..XskConfig::default() };
         let ifindex = uroce_xdp_prog::ifindex(ifname).map_err(|e| err("ifindex", &e))?;
         let mut sockets = Vec::new();
-        for q in queues {
+        for &(q, slot) in slots {
             let s = XskSocket::new(ifindex, q, &cfg).map_err(|e| {
                 let what = format!("AF_XDP socket on queue {q}");
                 if matches!(&e, XskError::Os { source, .. } if source.raw_os_error() == Some(libc::EPERM)) {
@@ -132,10 +186,11 @@ impl XdpBackend {
                     None => err(&what, &e),
                 }
             })?;
-            steering.register(q, s.as_fd()).map_err(|e| err("register the socket in the XSKMAP", &e))?;
+            steering.register(slot, s.as_fd()).map_err(|e| err("register the socket in the XSKMAP", &e))?;
             tracing::info!(
                 ifname,
                 queue = q,
+                slot,
                 zero_copy = s.is_zero_copy(),
                 xdp_mode = ?steering.attachment().mode(),
                 "AF_XDP socket bound"
@@ -307,6 +362,11 @@ impl Backend for XdpBackend {
     fn queue_rx_frames(&self) -> Vec<u64> {
         self.rx_frames.clone()
     }
+}
+
+/// Receive queues of `ifname` (at least 1).
+fn rx_queues(ifname: &str) -> u32 {
+    uroce_xdp_prog::channels(ifname).map(|c| c.rx_queues()).unwrap_or(1).max(1)
 }
 
 /// Why a zero-copy bind with `XDP_USE_SG` was refused, when that is the likely reason: the

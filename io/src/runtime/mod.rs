@@ -9,11 +9,15 @@
 //!   (one per AF_XDP socket; the threads share the engine through one lock), each of which
 //!   busy-polls while there is work and backs off (spin, then sleep on its queue's descriptor
 //!   and a wake-up eventfd, never longer than the next engine timer) when the device is idle,
-//!   so an idle device does not burn a core.
+//!   so an idle device does not burn a core;
+//! * sharded: [`ShardedRuntime`] runs `N` ports (engine shards, QPs placed by QPN, frames
+//!   steered by the XDP program) each on its own progress thread, sharing no lock.
 
 pub mod connect;
 mod port;
+mod sharded;
 mod threaded;
 
-pub use port::{BackendKind, Port, PortConfig, PortStats, DEFAULT_TX_BUDGET};
+pub use port::{dest_qpn, BackendKind, Port, PortConfig, PortStats, DEFAULT_TX_BUDGET};
+pub use sharded::{ShardCq, ShardState, ShardStats, ShardedConfig, ShardedRuntime};
 pub use threaded::Runtime;

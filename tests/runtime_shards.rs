@@ -1,0 +1,376 @@
+//! The sharded runtime (`uroce_io::runtime::ShardedRuntime`): two namespaces joined by a
+//! 4-queue veth, both ends running N = 2 and N = 4 engine shards; QPs spread over every shard,
+//! connected within their QPN class, RDMA WRITE distinct data on every QP (checked byte for
+//! byte at the destination), every shard's engine received frames and no shard received a
+//! frame for another shard's QP. `bench_scaling` (ignored; `scripts/bench-scaling` runs it)
+//! reports aggregate WRITE bandwidth for 1, 2 and 4 shards.
+//!
+//! Needs root and `ip`; skips loudly without them (fails with `CI=1`).
+
+mod common;
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+use uroce::netns::{self, End, NetPair, PairConfig};
+use uroce_io::netif;
+use uroce_io::runtime::{BackendKind, PortConfig, ShardCq, ShardedConfig, ShardedRuntime};
+use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
+use uroce_transport::*;
+use uroce_wire::EthernetAddress;
+
+const QUEUES: u32 = 4;
+
+/// One test at a time: they share the machine's two cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn prereq(test: &str) -> bool {
+    common::require(netns::is_root() && common::have("ip"), &format!("{test} needs root and `ip`"))
+}
+
+/// One QP of one side: its shard, CQ (read lock-free), and region.
+struct Qp {
+    shard: usize,
+    qpn: u32,
+    cq: ShardCq,
+    mr: MrInfo,
+}
+
+struct Side {
+    rt: ShardedRuntime,
+    qps: Vec<Qp>,
+    gid: Gid,
+    gid_index: u8,
+    peer_mac: EthernetAddress,
+}
+
+/// Open `shards` shards on `end` with `per_shard` QPs each (a PD, CQ and `len`-byte region
+/// per QP).
+fn open(end: &End, peer: &End, shards: u32, per_shard: usize, len: usize) -> Side {
+    let (ifname, ip, peer_ip) = (end.ifname.clone(), end.ip(), peer.ip());
+    let cpus = (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+    let (rt, peer_mac) = netns::spawn_in(&end.ns, move || -> anyhow::Result<(ShardedRuntime, EthernetAddress)> {
+        let rt = ShardedRuntime::open(&ShardedConfig {
+            port: PortConfig {
+                ifname: Some(ifname.clone()),
+                local_ip: ip,
+                backend: BackendKind::Xdp(Default::default()),
+                seed: Some(match ip {
+                    IpAddr::V4(v) => u32::from(v) as u64,
+                    IpAddr::V6(_) => 6,
+                }),
+                pcap: None,
+                inject: None,
+                tweak: None,
+            },
+            shards,
+            cpus: Some(cpus),
+        })?;
+        Ok((rt, netif::resolve_mac(&ifname, peer_ip, Duration::from_secs(5))?))
+    })
+    .join()
+    .unwrap()
+    .unwrap()
+    .unwrap();
+    let (gid, gid_index) = rt.with(0, |p| {
+        let i = p.gid_index();
+        (p.device_ref().config().gids[i as usize], i)
+    });
+    let mut qps = Vec::new();
+    for s in 0..shards as usize {
+        for _ in 0..per_shard {
+            let (qpn, cq, mr) = rt.with(s, move |p| {
+                let dev = p.device();
+                let pd = dev.alloc_pd();
+                let cq = dev.create_cq(4096).unwrap();
+                let cap =
+                    QpCap { max_send_wr: 256, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+                let init = QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false };
+                let qpn = dev.create_qp(pd, &init).unwrap();
+                let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+                let mr = dev.reg_mr(pd, vec![0u8; len].into_boxed_slice(), access).unwrap();
+                (qpn, cq, mr)
+            });
+            assert_eq!(rt.shard_of(qpn), s, "QPN {qpn:#x} created on shard {s}");
+            let cq = rt.watch_cq(s, cq, 4096);
+            qps.push(Qp { shard: s, qpn, cq, mr });
+        }
+    }
+    Side { rt, qps, gid, gid_index, peer_mac }
+}
+
+/// Connect `me.qps[i]` to `peer.qps[i]` (same shard index on both sides, so the QPNs are of
+/// the same class).
+fn connect(me: &Side, peer: &Side) {
+    for (q, p) in me.qps.iter().zip(&peer.qps) {
+        assert_eq!(q.qpn % me.rt.shards() as u32, p.qpn % me.rt.shards() as u32);
+        let local = RcLocal {
+            access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+            sgid_index: me.gid_index,
+            path_mtu: Mtu::Mtu1024,
+            sq_psn: 100,
+            max_dest_rd_atomic: 16,
+            max_rd_atomic: 16,
+            min_rnr_timer: 1,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            hop_limit: 64,
+            ..RcLocal::default()
+        };
+        let remote = RcRemote { qpn: p.qpn, psn: 100, gid: peer.gid, mac: me.peer_mac };
+        let qpn = q.qpn;
+        me.rt.with(q.shard, move |port| connect_rc(port.device(), qpn, &local, &remote).unwrap());
+    }
+}
+
+/// Post `count` signaled WRITEs of `size` bytes on QP `i` of `a` from the first half of its
+/// region to the second half of QP `i`'s region on `b`, offsets cycling through the half;
+/// returns how many were accepted (the send queue may be full).
+fn post_writes(a: &Side, b: &Side, i: usize, first: u64, count: usize, size: usize) -> usize {
+    let (q, p) = (&a.qps[i], &b.qps[i]);
+    let (lkey, addr, qpn, rkey, len) = (q.mr.lkey, q.mr.addr, q.qpn, p.mr.rkey, q.mr.length / 2);
+    let raddr = p.mr.addr + len as u64;
+    a.rt.with(q.shard, move |port| {
+        let dev = port.device();
+        let slots = (len / size).max(1) as u64;
+        let mut n = 0;
+        for k in 0..count as u64 {
+            let off = ((first + k) % slots) * size as u64;
+            let sg = [Sge { addr: addr + off, length: size as u32, lkey }];
+            let wr = SendWr {
+                wr_id: first + k,
+                sg_list: &sg,
+                opcode: WrOpcode::RdmaWrite,
+                send_flags: SendFlags::SIGNALED,
+                remote_addr: raddr + off,
+                rkey,
+                ..Default::default()
+            };
+            if dev.post_send(qpn, &wr).is_err() {
+                break;
+            }
+            n += 1;
+        }
+        n
+    })
+}
+
+/// Wait (lock-free) for `n` successful completions on `q`.
+fn wait_wcs(q: &Qp, n: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = 0;
+    let mut buf = [WorkCompletion::default(); 64];
+    while got < n {
+        let k = q.cq.poll(&mut buf);
+        for w in &buf[..k] {
+            assert_eq!(w.status, WcStatus::Success, "{what}: {w:?}");
+        }
+        got += k;
+        assert!(Instant::now() < deadline, "{what}: {got} of {n} completions");
+        if k == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn pattern(side: u8, qp: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 31 + i / 997 + qp * 101 + side as usize * 53) as u8).collect()
+}
+
+fn run_shards(n: u32, subnet: u8) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let net =
+        NetPair::create(&PairConfig { subnet, queues: QUEUES, ..PairConfig::new(&format!("sh{n}"), 1500) }).unwrap();
+    const LEN: usize = 256 << 10;
+    const PER_SHARD: usize = 3;
+    let a = open(&net.a, &net.b, n, PER_SHARD, 2 * LEN);
+    let b = open(&net.b, &net.a, n, PER_SHARD, 2 * LEN);
+    connect(&a, &b);
+    connect(&b, &a);
+    // Each side fills the first half of each QP's region with its own pattern and WRITEs it,
+    // in 16 KiB pieces, into the second half of the peer's QP of the same index: both
+    // directions, every QP, at once.
+    for (side, (me, peer)) in [(&a, &b), (&b, &a)].into_iter().enumerate() {
+        for (i, q) in me.qps.iter().enumerate() {
+            let data = pattern(side as u8, i, LEN);
+            let lkey = q.mr.lkey;
+            me.rt.with(q.shard, move |p| p.device().mr_mut(lkey).unwrap().as_mut_slice()[..LEN].copy_from_slice(&data));
+            let pieces = LEN / 16384;
+            assert_eq!(post_writes(me, peer, i, 0, pieces, 16384), pieces);
+        }
+    }
+    for (me, what) in [(&a, "A's writes"), (&b, "B's writes")] {
+        for q in &me.qps {
+            wait_wcs(q, LEN / 16384, what);
+        }
+    }
+    for (side, dest) in [&b, &a].into_iter().enumerate() {
+        for (i, q) in dest.qps.iter().enumerate() {
+            let lkey = q.mr.lkey;
+            let got = dest.rt.with(q.shard, move |p| p.device_ref().mr(lkey).unwrap().as_slice()[LEN..].to_vec());
+            assert!(got == pattern(side as u8, i, LEN), "QP {i} of side {} holds what the peer wrote", 1 - side);
+        }
+    }
+    for (me, name) in [(&a, "A"), (&b, "B")] {
+        for s in 0..n as usize {
+            let st = me.rt.stats(s);
+            eprintln!(
+                "{name} shard {s}/{n}: rcvd_pkts {} sent_pkts {} rx_frames {} wrong_shard {} per socket {:?}",
+                st.rcvd_pkts, st.sent_pkts, st.port.rx_frames, st.port.wrong_shard, st.queue_rx_frames
+            );
+            assert!(st.rcvd_pkts > 0 && st.sent_pkts > 0, "{name} shard {s} carried traffic: {st:?}");
+            assert_eq!(st.port.wrong_shard, 0, "{name} shard {s} received another shard's frames");
+            assert_eq!(st.port.rx_dropped, 0, "{name} shard {s} dropped frames: {st:?}");
+            assert_eq!(st.queue_rx_frames.len(), (QUEUES / n) as usize, "{name} shard {s}: one socket per own queue");
+        }
+    }
+    // Idle: 2N shard threads with nothing to do sleep on their sockets (almost no CPU).
+    std::thread::sleep(Duration::from_millis(300));
+    let (c0, t0) = (cpu_time(), Instant::now());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = (cpu_time() - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    eprintln!("idle CPU use of {} shard threads: {:.2}% of one core", 2 * n, used * 100.0);
+    assert!(used < 0.05, "idle shard threads use {:.1}% of a core", used * 100.0);
+    // `post` (not waiting) runs on the shard's thread in order with later commands.
+    let (tx, rx) = std::sync::mpsc::channel();
+    for s in 0..n as usize {
+        let tx = tx.clone();
+        a.rt.post(s, move |p| tx.send((s, p.device_ref().config().qpn_shard.index)).unwrap());
+    }
+    let mut seen: Vec<(usize, u32)> = (0..n).map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap()).collect();
+    seen.sort();
+    assert_eq!(seen, (0..n).map(|s| (s as usize, s)).collect::<Vec<_>>(), "each post ran on its own shard");
+    for side in [a, b] {
+        let ports = side.rt.stop();
+        assert_eq!(ports.len(), n as usize, "every shard's port back");
+        for p in &ports {
+            assert_eq!(p.device_ref().counters().icrc_err, 0);
+        }
+    }
+}
+
+/// CPU time used by this process so far.
+fn cpu_time() -> Duration {
+    // SAFETY: an all-zero rusage is a valid value of this plain-data struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the valid struct we pass.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+#[test]
+fn two_shards_on_a_four_queue_veth() {
+    if prereq("two_shards_on_a_four_queue_veth") {
+        run_shards(2, 97);
+    }
+}
+
+#[test]
+fn four_shards_on_a_four_queue_veth() {
+    if prereq("four_shards_on_a_four_queue_veth") {
+        run_shards(4, 98);
+    }
+}
+
+/// More shards than the interface has receive queues is refused (a shard's sockets cannot
+/// share a queue with another shard's), and the error says so.
+#[test]
+fn more_shards_than_queues_is_refused() {
+    if !prereq("more_shards_than_queues_is_refused") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let net = NetPair::create(&PairConfig { subnet: 94, queues: 2, ..PairConfig::new("shq", 1500) }).unwrap();
+    let (ifname, ip) = (net.a.ifname.clone(), net.a.ip());
+    let err = netns::spawn_in(&net.a.ns, move || {
+        let cfg = ShardedConfig {
+            port: PortConfig {
+                ifname: Some(ifname),
+                local_ip: ip,
+                backend: BackendKind::Xdp(Default::default()),
+                seed: Some(1),
+                pcap: None,
+                inject: None,
+                tweak: None,
+            },
+            shards: 4,
+            cpus: None,
+        };
+        ShardedRuntime::open(&cfg).err().map(|e| format!("{e:#}"))
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    let err = err.expect("4 shards on 2 queues refused");
+    assert!(err.contains("4 shards need at least 4 receive queues"), "{err}");
+}
+
+/// Aggregate RDMA WRITE bandwidth (64 KiB messages, one direction) for 1, 2 and 4 shards on
+/// a 4-queue veth, with the same number of QPs in all (`UROCE_BENCH_QPS`, default 16, spread
+/// evenly over the shards) so that only the sharding changes; run by `scripts/bench-scaling`.
+#[test]
+#[ignore]
+fn bench_scaling() {
+    if !prereq("bench_scaling") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let secs: f64 = std::env::var("UROCE_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    const SIZE: usize = 65536;
+    const LEN: usize = 4 << 20;
+    let qps: usize = std::env::var("UROCE_BENCH_QPS").ok().and_then(|s| s.parse().ok()).unwrap_or(16);
+    const DEPTH: usize = 64;
+    println!("cores: {}", std::thread::available_parallelism().map_or(1, |n| n.get()));
+    println!("{:>7} {:>6} {:>10} {:>12} {:>10}", "shards", "QPs", "msgs", "MB/s", "Gb/s");
+    for n in [1u32, 2, 4] {
+        let net =
+            NetPair::create(&PairConfig { subnet: 99, queues: QUEUES, ..PairConfig::new(&format!("bs{n}"), 1500) })
+                .unwrap();
+        let per_shard = qps.div_ceil(n as usize).max(1);
+        let a = open(&net.a, &net.b, n, per_shard, LEN);
+        let b = open(&net.b, &net.a, n, per_shard, LEN);
+        connect(&a, &b);
+        connect(&b, &a);
+        let mut posted = vec![0u64; a.qps.len()];
+        let mut done = vec![0u64; a.qps.len()];
+        let mut buf = [WorkCompletion::default(); 64];
+        let mut measure = |dur: f64, posted: &mut [u64], done: &mut [u64]| -> u64 {
+            let start = Instant::now();
+            let base: u64 = done.iter().sum();
+            while start.elapsed().as_secs_f64() < dur {
+                for i in 0..a.qps.len() {
+                    let k = a.qps[i].cq.poll(&mut buf);
+                    for w in &buf[..k] {
+                        assert_eq!(w.status, WcStatus::Success, "{w:?}");
+                    }
+                    done[i] += k as u64;
+                    let room = DEPTH - (posted[i] - done[i]) as usize;
+                    if room >= DEPTH / 2 {
+                        posted[i] += post_writes(&a, &b, i, posted[i], room, SIZE) as u64;
+                    }
+                }
+                std::thread::yield_now();
+            }
+            done.iter().sum::<u64>() - base
+        };
+        measure(0.5, &mut posted, &mut done);
+        let t = Instant::now();
+        let msgs = measure(secs, &mut posted, &mut done);
+        let el = t.elapsed().as_secs_f64();
+        let bytes = msgs as f64 * SIZE as f64;
+        println!(
+            "{:>7} {:>6} {:>10} {:>12.1} {:>10.2}",
+            n,
+            a.qps.len(),
+            msgs,
+            bytes / el / 1e6,
+            bytes * 8.0 / el / 1e9
+        );
+        for s in 0..n as usize {
+            assert_eq!(b.rt.stats(s).port.wrong_shard, 0);
+        }
+        drop(a);
+        drop(b);
+    }
+}
