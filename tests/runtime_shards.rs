@@ -322,7 +322,10 @@ fn bench_scaling() {
     let qps: usize = std::env::var("UROCE_BENCH_QPS").ok().and_then(|s| s.parse().ok()).unwrap_or(16);
     const DEPTH: usize = 64;
     println!("cores: {}", std::thread::available_parallelism().map_or(1, |n| n.get()));
-    println!("{:>7} {:>6} {:>10} {:>12} {:>10}", "shards", "QPs", "msgs", "MB/s", "Gb/s");
+    println!(
+        "{:>7} {:>6} {:>10} {:>12} {:>10} {:>12} {:>10}",
+        "shards", "QPs", "msgs", "MB/s", "Gb/s", "retransmits", "timeouts"
+    );
     for n in [1u32, 2, 4] {
         let net =
             NetPair::create(&PairConfig { subnet: 99, queues: QUEUES, ..PairConfig::new(&format!("bs{n}"), 1500) })
@@ -359,13 +362,22 @@ fn bench_scaling() {
         let msgs = measure(secs, &mut posted, &mut done);
         let el = t.elapsed().as_secs_f64();
         let bytes = msgs as f64 * SIZE as f64;
+        // The requesters' retransmissions and local ACK timeouts (frames lost on the way).
+        let (mut retx, mut rto) = (0, 0);
+        for s in 0..n as usize {
+            let c = a.rt.with(s, |p| *p.device_ref().counters());
+            retx += c.retransmitted_pkts;
+            rto += c.local_ack_timeout_err;
+        }
         println!(
-            "{:>7} {:>6} {:>10} {:>12.1} {:>10.2}",
+            "{:>7} {:>6} {:>10} {:>12.1} {:>10.2} {:>12} {:>10}",
             n,
             a.qps.len(),
             msgs,
             bytes / el / 1e6,
-            bytes * 8.0 / el / 1e9
+            bytes * 8.0 / el / 1e9,
+            retx,
+            rto
         );
         for s in 0..n as usize {
             assert_eq!(b.rt.stats(s).port.wrong_shard, 0);

@@ -88,7 +88,6 @@ pub struct XdpBackend {
     /// Shared by the backends of every shard of a sharded runtime (detached when the last goes).
     steering: Arc<XdpSteering>,
     ifname: String,
-    next_tx: usize,
     scratch: Vec<u8>,
     tx_chunk: usize,
     /// Only this queue, when a per-queue progress thread drives the backend.
@@ -203,7 +202,6 @@ impl XdpBackend {
             sockets,
             steering,
             ifname: ifname.to_string(),
-            next_tx: 0,
             scratch: vec![0; MAX_FRAME],
             tx_chunk,
             focus: None,
@@ -265,7 +263,12 @@ impl Backend for XdpBackend {
         if qn == 0 {
             return Err(io::Error::other("no AF_XDP socket"));
         }
-        let i = self.focus.filter(|&q| q < qn).unwrap_or(self.next_tx % qn);
+        // One transmit socket (the focused queue's, else the first): spreading the frames of
+        // one port over several TX queues reorders a QP's packets wherever the receiving side
+        // takes queues in turn (veth hands TX queue q to RX queue q), and every reordering is a
+        // PSN sequence NAK and a Go-Back-N retry. A port is driven by one thread at a time, so
+        // more TX queues would not send faster.
+        let i = self.focus.filter(|&q| q < qn).unwrap_or(0);
         let s = &mut self.sockets[i];
         let Some(mut frame) = s.tx_alloc() else {
             return Err(io::ErrorKind::WouldBlock.into());
@@ -327,7 +330,6 @@ impl Backend for XdpBackend {
             s.tx_flush().map_err(xsk_io_error)?;
             s.reclaim();
         }
-        self.next_tx = self.next_tx.wrapping_add(1);
         Ok(())
     }
 
