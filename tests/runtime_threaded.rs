@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use uroce::netns::{self, End, NetPair, PairConfig};
 use uroce_io::netif;
 use uroce_io::runtime::{BackendKind, Port, PortConfig, Runtime};
-use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
+use uroce_transport::connect::{connect_rc, RcRemote};
 use uroce_transport::*;
 use uroce_wire::EthernetAddress;
 
@@ -72,20 +72,7 @@ fn open(end: &End, peer: &End) -> Side {
 }
 
 fn connect(me: &Side, peer: &Side) {
-    let local = RcLocal {
-        access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-        sgid_index: me.gid_index,
-        path_mtu: Mtu::Mtu1024,
-        sq_psn: 100,
-        max_dest_rd_atomic: 16,
-        max_rd_atomic: 16,
-        min_rnr_timer: 1,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        hop_limit: 64,
-        ..RcLocal::default()
-    };
+    let local = common::runtime_rc_local(me.gid_index);
     let remote = RcRemote { qpn: peer.qpn, psn: 100, gid: peer.gid, mac: me.peer_mac };
     let qpn = me.qpn;
     me.rt.with(|d| connect_rc(d, qpn, &local, &remote).unwrap());

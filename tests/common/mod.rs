@@ -87,3 +87,23 @@ impl Watched {
 pub fn finish(c: std::process::Child, what: &str, timeout: std::time::Duration) -> std::process::Output {
     watch(c).finish(what, timeout)
 }
+
+/// The QP choices of the runtime tests (`runtime_threaded`, `runtime_shards`): READ and WRITE
+/// allowed, path MTU 1024, send PSN 100, 16 READs/atomics each way, RNR timer code 1.
+pub fn runtime_rc_local(sgid_index: u8) -> uroce_transport::connect::RcLocal {
+    use uroce_transport::{AccessFlags, Mtu};
+    uroce_transport::connect::RcLocal {
+        access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        sgid_index,
+        path_mtu: Mtu::Mtu1024,
+        sq_psn: 100,
+        max_dest_rd_atomic: 16,
+        max_rd_atomic: 16,
+        min_rnr_timer: 1,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        hop_limit: 64,
+        ..Default::default()
+    }
+}

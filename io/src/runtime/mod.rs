@@ -14,6 +14,7 @@
 //!   steered by the XDP program) each on its own progress thread, sharing no lock.
 
 pub mod connect;
+mod idle;
 mod port;
 mod sharded;
 mod threaded;

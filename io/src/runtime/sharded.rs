@@ -37,7 +37,7 @@
 //! sleep. Completions of a watched CQ ([`ShardedRuntime::watch_cq`]) are moved by the shard's
 //! thread into a lock-free [`ShardCq`] the application polls without involving the shard.
 
-use super::BackendKind;
+use super::{idle, BackendKind};
 use super::{Port, PortConfig, PortStats};
 use crate::xdp::XdpBackend;
 use crossbeam::queue::ArrayQueue;
@@ -301,17 +301,7 @@ fn shard_thread(mb: &Mailbox, mut st: ShardState, cpu: Option<usize>) -> Port {
         }
         let ShardState { port, cqs } = &mut st;
         for (cq, q) in cqs.iter() {
-            while q.len() < q.capacity() {
-                let room = (q.capacity() - q.len()).min(buf.len());
-                let n = port.device().poll_cq(*cq, &mut buf[..room]).unwrap_or(0);
-                for wc in &buf[..n] {
-                    let _ = q.push(*wc);
-                }
-                work |= n > 0;
-                if n < room {
-                    break;
-                }
-            }
+            work |= idle::feed_cq(port.device(), *cq, q, &mut buf) > 0;
         }
         if work {
             idle = 0;
@@ -326,32 +316,11 @@ fn shard_thread(mb: &Mailbox, mut st: ShardState, cpu: Option<usize>) -> Port {
         mb.sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if mb.commands.is_empty() && !mb.stop.load(Ordering::SeqCst) {
-            wait(&fds, mb.wake.as_raw_fd(), sleep);
+            idle::wait(&fds, mb.wake.as_raw_fd(), sleep);
         }
         mb.sleeping.store(false, Ordering::SeqCst);
     }
     // Commands left behind are dropped (a waiting `with` then reports the shard stopped).
     while mb.commands.pop().is_some() {}
     st.port
-}
-
-/// Sleep until a socket or the wake-up eventfd is readable, or `timeout`.
-fn wait(sockets: &[RawFd], wake: RawFd, timeout: Duration) {
-    if timeout.is_zero() {
-        return;
-    }
-    let mut fds: Vec<libc::pollfd> = std::iter::once(wake)
-        .chain(sockets.iter().copied())
-        .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
-        .collect();
-    let t = timeout.min(Duration::from_secs(1));
-    let ts = libc::timespec { tv_sec: t.as_secs() as libc::time_t, tv_nsec: t.subsec_nanos() as libc::c_long };
-    // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures and `ts` a valid timespec
-    // for the duration of the call; a null signal mask means "unchanged".
-    unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
-    if fds[0].revents & libc::POLLIN != 0 {
-        let mut v: u64 = 0;
-        // SAFETY: reading 8 bytes into a valid u64 from our eventfd clears it.
-        unsafe { libc::read(wake, (&mut v as *mut u64).cast(), 8) };
-    }
 }

@@ -5,10 +5,10 @@
 //! work is serialized — parallel engine work needs QPs sharded across engines, which this
 //! layout leaves room for (a `Port` per shard).
 
-use super::Port;
+use super::{idle, Port};
 use crossbeam::queue::ArrayQueue;
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -177,16 +177,7 @@ fn progress(s: &Shared, queue: Option<usize>, wake: usize) {
             // Feed the watched CQs.
             let cqs = s.cqs.lock().unwrap_or_else(|e| e.into_inner()).clone();
             for (cq, q) in cqs {
-                while q.len() < q.capacity() {
-                    let room = (q.capacity() - q.len()).min(buf.len());
-                    let n = p.device().poll_cq(CqHandle(cq), &mut buf[..room]).unwrap_or(0);
-                    for wc in &buf[..n] {
-                        let _ = q.push(*wc);
-                    }
-                    if n < room {
-                        break;
-                    }
-                }
+                idle::feed_cq(p.device(), CqHandle(cq), &q, &mut buf);
             }
             // With a descriptor to wait on (arrivals wake us; posted work kicks the eventfd),
             // sleep until the next engine timer, at most 100 ms; without one, poll every 1 ms.
@@ -206,29 +197,6 @@ fn progress(s: &Shared, queue: Option<usize>, wake: usize) {
             std::hint::spin_loop();
             continue;
         }
-        wait(fd, s.wakes[wake].as_raw_fd(), sleep);
-    }
-}
-
-/// Sleep until the backend's descriptor or the wake-up eventfd is readable, or `timeout`.
-fn wait(backend: Option<RawFd>, wake: RawFd, timeout: Duration) {
-    let mut fds = [
-        libc::pollfd { fd: wake, events: libc::POLLIN, revents: 0 },
-        libc::pollfd { fd: backend.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
-    ];
-    if timeout.is_zero() {
-        std::hint::spin_loop();
-        return;
-    }
-    let t = timeout.min(Duration::from_secs(1));
-    let ts = libc::timespec { tv_sec: t.as_secs() as libc::time_t, tv_nsec: t.subsec_nanos() as libc::c_long };
-    let n = if backend.is_some() { 2 } else { 1 };
-    // SAFETY: `fds` is a valid array of `n` pollfd structures and `ts` a valid timespec for the
-    // duration of the call; a null signal mask means "unchanged".
-    unsafe { libc::ppoll(fds.as_mut_ptr(), n, &ts, std::ptr::null()) };
-    if fds[0].revents & libc::POLLIN != 0 {
-        let mut v: u64 = 0;
-        // SAFETY: reading 8 bytes into a valid u64 from our eventfd clears it.
-        unsafe { libc::read(wake, (&mut v as *mut u64).cast(), 8) };
+        idle::wait(fd.as_slice(), s.wakes[wake].as_raw_fd(), sleep);
     }
 }
