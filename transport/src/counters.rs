@@ -90,4 +90,7 @@ counters! {
     /// Timer-queue entries examined (`handle_timeout`, `poll_timeout`): the cost of timers,
     /// O(1) per timer that fires or moves, never a scan over the QPs.
     timer_queue_checks,
+    /// Frames for a QPN outside this device's class (`DeviceConfig::qpn_shard`): a sharded
+    /// runtime's steering sent another shard's frame here (also in `dropped_unknown_qp`).
+    dropped_wrong_shard,
 }

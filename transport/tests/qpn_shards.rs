@@ -42,3 +42,35 @@ fn a_bad_shard_is_refused() {
     let mut d = device(4, 4);
     assert_eq!(create(&mut d, 1), Err(VerbsError::InvalidArgument("qpn_shard index not below its count")));
 }
+
+/// A frame steered to the wrong shard is dropped as one for an unknown QP and counted as
+/// another shard's; a frame for an unknown QP of this shard's own class is not.
+#[test]
+fn another_shards_frame_is_counted_as_such() {
+    use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
+    // B: shard 0 of 2 (even QPNs), the ICRC not checked so that a frame can be re-addressed.
+    let mut cfg = DeviceConfig::new(mac(2), &[ipv4(2).into()]);
+    cfg.qpn_shard = QpnShard { index: 0, count: 2 };
+    cfg.check_icrc = false;
+    let mut b = Device::new(cfg);
+    let mut a = device(0, 1);
+    let qa = create(&mut a, 1).unwrap()[0];
+    let remote = RcRemote { qpn: 0x1235, psn: 0, gid: b.config().gids[1], mac: mac(2) };
+    connect_rc(&mut a, qa, &RcLocal::default(), &remote).unwrap();
+    let wr = SendWr { wr_id: 1, opcode: WrOpcode::Send, ..Default::default() };
+    a.post_send(qa, &wr).unwrap();
+    let mut buf = vec![0u8; a.max_frame_len()];
+    let n = a.poll_transmit(Instant::ZERO, &mut buf).expect("a SEND ONLY frame");
+    let frame = buf[..n].to_vec();
+    // Odd destination QPN 0x1235: shard 1's.
+    assert_eq!(b.handle_frame(Instant::ZERO, &frame), Err(RxDrop::UnknownQp(0x1235)));
+    let c = *b.counters();
+    assert_eq!((c.dropped_unknown_qp, c.dropped_wrong_shard), (1, 1));
+    // The same frame re-addressed to 0x1236 (even: this shard's class, but no such QP).
+    let mut even = frame.clone();
+    let bth = 14 + 20 + 8;
+    even[bth + 7] = 0x36;
+    assert_eq!(b.handle_frame(Instant::ZERO, &even), Err(RxDrop::UnknownQp(0x1236)));
+    let c = *b.counters();
+    assert_eq!((c.dropped_unknown_qp, c.dropped_wrong_shard), (2, 1));
+}

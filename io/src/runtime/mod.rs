@@ -19,6 +19,6 @@ mod port;
 mod sharded;
 mod threaded;
 
-pub use port::{dest_qpn, BackendKind, Port, PortConfig, PortStats, DEFAULT_TX_BUDGET};
+pub use port::{BackendKind, Port, PortConfig, PortStats, DEFAULT_TX_BUDGET};
 pub use sharded::{ShardCq, ShardState, ShardStats, ShardedConfig, ShardedRuntime};
 pub use threaded::Runtime;

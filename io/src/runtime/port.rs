@@ -66,8 +66,8 @@ pub struct PortStats {
     /// Transmit attempts that found the link down.
     pub link_down: u64,
     /// Frames received whose destination QP belongs to another shard (a sharded port only;
-    /// the XDP program's steering should keep it 0). They are still handed to the engine,
-    /// which drops them as frames for an unknown QP.
+    /// the XDP program's steering should keep it 0): the engine's `dropped_wrong_shard`, which
+    /// it counts while dropping them as frames for an unknown QP.
     pub wrong_shard: u64,
 }
 
@@ -84,8 +84,6 @@ pub struct Port {
     idle_streak: u32,
     tx_budget: u32,
     tx_blocked: bool,
-    /// The QPN class of a sharded port's engine (checked on every received frame).
-    shard: Option<QpnShard>,
 }
 
 /// A link that is down loses frames, as a wire would: the engine's timers and retries decide
@@ -121,8 +119,8 @@ impl Port {
     }
 
     /// [`Port::open`] over an already opened `backend` (`None`: the one `cfg` names), with an
-    /// engine that hands out only QPNs of `shard`'s class and a receive path that counts
-    /// frames for other classes ([`PortStats::wrong_shard`]).
+    /// engine that hands out only QPNs of `shard`'s class and counts frames for other classes
+    /// ([`PortStats::wrong_shard`]).
     pub fn open_with(
         cfg: PortConfig,
         backend: Option<Box<dyn Backend>>,
@@ -197,7 +195,6 @@ impl Port {
             idle_streak: 0,
             tx_budget: DEFAULT_TX_BUDGET,
             tx_blocked: false,
-            shard,
         })
     }
 
@@ -228,7 +225,8 @@ impl Port {
 
     /// Counters.
     pub fn stats(&self) -> PortStats {
-        self.stats
+        // The engine's routing counts another shard's frames as it looks their QP up.
+        PortStats { wrong_shard: self.dev.counters().dropped_wrong_shard, ..self.stats }
     }
 
     /// The fault injector's counters, when one is configured.
@@ -277,16 +275,10 @@ impl Port {
         let std_now = StdInstant::now();
         let wall = self.wall_epoch + self.epoch.elapsed();
         let ts = wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-        let Port { backend, dev, pcap, injector, stats, tx_budget, tx_blocked, shard, .. } = self;
+        let Port { backend, dev, pcap, injector, stats, tx_budget, tx_blocked, .. } = self;
         *tx_blocked = false;
         let mut work = false;
-        let shard = *shard;
         let deliver = |dev: &mut Device, stats: &mut PortStats, f: &[u8]| {
-            if let (Some(sh), Some(qpn)) = (shard, dest_qpn(f)) {
-                if !sh.owns(qpn) {
-                    stats.wrong_shard += 1;
-                }
-            }
             if dev.handle_frame(now, f).is_err() {
                 stats.rx_dropped += 1;
             }
@@ -406,70 +398,8 @@ impl Port {
     }
 }
 
-/// The destination QP of a RoCEv2 frame (Ethernet, optionally one 802.1Q tag, IPv4 or IPv6,
-/// UDP, BTH), or `None` when `f` is not one.
-pub fn dest_qpn(f: &[u8]) -> Option<u32> {
-    let mut off = 12;
-    let mut ethertype = u16::from_be_bytes(f.get(off..off + 2)?.try_into().ok()?);
-    if ethertype == 0x8100 {
-        off += 4;
-        ethertype = u16::from_be_bytes(f.get(off..off + 2)?.try_into().ok()?);
-    }
-    off += 2;
-    let udp = match ethertype {
-        0x0800 => off + 4 * (*f.get(off)? & 0x0f) as usize,
-        0x86dd => off + 40,
-        _ => return None,
-    };
-    let bth = udp + 8;
-    let q = f.get(bth + 5..bth + 8)?;
-    Some(u32::from_be_bytes([0, q[0], q[1], q[2]]))
-}
-
 impl Drop for Port {
     fn drop(&mut self) {
         self.flush_capture();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::dest_qpn;
-
-    /// A RoCEv2 frame's headers up to the BTH: Ethernet (+ `vlan`), IPv4 with `ihl` words or
-    /// IPv6, UDP, a BTH with destination QP `qpn`.
-    fn frame(vlan: bool, v6: bool, ihl: u8, qpn: u32) -> Vec<u8> {
-        let mut f = vec![0u8; 12];
-        if vlan {
-            f.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
-        }
-        if v6 {
-            f.extend_from_slice(&[0x86, 0xdd]);
-            f.extend_from_slice(&[0x60; 40]);
-        } else {
-            f.extend_from_slice(&[0x08, 0x00]);
-            let mut ip = vec![0u8; 4 * ihl as usize];
-            ip[0] = 0x40 | ihl;
-            f.extend_from_slice(&ip);
-        }
-        f.extend_from_slice(&[0x12, 0x34, 0x12, 0xb7, 0, 0, 0, 0]);
-        let q = qpn.to_be_bytes();
-        f.extend_from_slice(&[0x0a, 0, 0xff, 0xff, 0x00, q[1], q[2], q[3], 0, 0, 0, 1]);
-        f
-    }
-
-    #[test]
-    fn dest_qpn_of_every_encapsulation() {
-        for (vlan, v6, ihl) in
-            [(false, false, 5), (true, false, 5), (false, false, 7), (false, true, 5), (true, true, 5)]
-        {
-            let f = frame(vlan, v6, ihl, 0xabcdef);
-            assert_eq!(dest_qpn(&f), Some(0xabcdef), "vlan {vlan} v6 {v6} ihl {ihl}");
-            assert_eq!(dest_qpn(&f[..f.len() - 5]), None, "truncated BTH");
-        }
-        let mut arp = frame(false, false, 5, 1);
-        arp[12..14].copy_from_slice(&[0x08, 0x06]);
-        assert_eq!(dest_qpn(&arp), None);
-        assert_eq!(dest_qpn(&[]), None);
     }
 }

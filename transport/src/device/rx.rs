@@ -148,7 +148,13 @@ impl Device {
                 Err(RxDrop::Icrc)
             }
             Some(Err(why)) => drop_frame(&mut self.counters, p, icrc, why),
-            None => drop_frame(&mut self.counters, p, icrc, RxDrop::UnknownQp(qpn)),
+            None => {
+                let r = drop_frame(&mut self.counters, p, icrc, RxDrop::UnknownQp(qpn));
+                if r == Err(RxDrop::UnknownQp(qpn)) && !self.cfg.qpn_shard.owns(qpn) {
+                    self.counters.dropped_wrong_shard += 1;
+                }
+                r
+            }
         }
     }
 }
