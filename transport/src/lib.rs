@@ -10,6 +10,7 @@
 //! runtime, the simulator ([`sim`]) and the fuzzers all drive it the same way.
 #![forbid(unsafe_code)]
 
+pub mod cc;
 pub mod config;
 pub mod connect;
 pub mod counters;
