@@ -58,6 +58,8 @@ pub struct DeviceConfig {
     /// device per shard and steers each frame to the shard `dest QPN % count` (the XDP
     /// program's `ProgramConfig::shards`), so a shard must own exactly its residue class.
     pub qpn_shard: QpnShard,
+    /// Congestion control: ECN marking, CNPs, the reaction point (default: all off, as rxe).
+    pub cc: crate::cc::CongestionConfig,
 }
 
 /// A residue class of QP numbers (see [`DeviceConfig::qpn_shard`]).
@@ -105,6 +107,7 @@ impl DeviceConfig {
             rx_fast_path: true,
             tx_fast_path: true,
             qpn_shard: QpnShard::default(),
+            cc: crate::cc::CongestionConfig::default(),
         }
     }
 }

@@ -79,8 +79,17 @@ counters! {
     dropped_qp_state,
     /// Responses dropped as unexpected by the completer (stale or duplicate).
     dropped_stale_response,
-    /// CNPs received.
+    /// CNPs received (for a local QP from its peer, or not).
     rcvd_cnp,
+    /// CE-marked data frames received: requests at a responder, READ responses at a requester
+    /// (mlx5 `np_ecn_marked_roce_packets`; the notification point's input).
+    np_ecn_marked_roce_packets,
+    /// CNPs sent (mlx5 `np_cnp_sent`).
+    np_cnp_sent,
+    /// CNPs a QP's reaction point acted on (mlx5 `rp_cnp_handled`).
+    rp_cnp_handled,
+    /// CNPs for a QP with no reaction point (mlx5 `rp_cnp_ignored`).
+    rp_cnp_ignored,
     /// Completions delivered beyond a CQ's capacity (an overflow; none are lost).
     cq_overflow,
     /// Packets placed by the receive fast path (RDMA WRITE MIDDLE; also in `rcvd_pkts`).

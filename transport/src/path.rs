@@ -46,6 +46,83 @@ impl Idents {
     }
 }
 
+/// The headers of QP `lqpn`'s frames to `rqpn` along `av` (per-packet fields left zero), and
+/// the path's local and peer addresses: the one place a QP's path becomes headers.
+fn path_repr(
+    cfg: &DeviceConfig,
+    av: &AddressVector,
+    lqpn: u32,
+    rqpn: u32,
+) -> Result<(FrameRepr, IpAddr, IpAddr), VerbsError> {
+    let sgid = *cfg.gids.get(av.sgid_index as usize).ok_or(VerbsError::InvalidArgument("sgid_index"))?;
+    let (local, peer) = (sgid.to_ip(), av.dgid.to_ip());
+    // The route's hop limit, not the AV's (see `DeviceConfig::hop_limit`).
+    let hop = cfg.hop_limit;
+    let dscp = av.traffic_class >> 2;
+    // ECN-capable when the device's congestion control says so, or the AV's traffic class
+    // (perftest `--tclass`) already asks for it; rxe sends the traffic class unchanged.
+    let ecn = match Ecn::from_bits(av.traffic_class) {
+        Ecn::NotEct if cfg.cc.ecn => Ecn::Ect0,
+        e => e,
+    };
+    let ip = match (local, peer) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => IpRepr::V4(Ipv4Repr {
+            src_addr: s,
+            dst_addr: d,
+            dscp,
+            ecn,
+            ident: 0,
+            dont_frag: true,
+            ttl: hop,
+            protocol: ipv4::PROTOCOL_UDP,
+            payload_len: 0,
+        }),
+        (IpAddr::V6(s), IpAddr::V6(d)) => IpRepr::V6(Ipv6Repr {
+            src_addr: s,
+            dst_addr: d,
+            dscp,
+            ecn,
+            // rxe `prepare_ipv6_hdr` writes 0; the AV's flow label only feeds the UDP source
+            // port (`rdma_get_udp_sport`).
+            flow_label: 0,
+            hop_limit: hop,
+            next_header: ipv4::PROTOCOL_UDP,
+            payload_len: 0,
+        }),
+        _ => return Err(VerbsError::InvalidArgument("source and destination GIDs of different IP versions")),
+    };
+    let frame = FrameRepr {
+        eth: EthernetRepr {
+            src_addr: cfg.mac,
+            dst_addr: av.dmac,
+            vlan: cfg.vlan.map(|vid| VlanTag { pcp: av.sl & 7, dei: false, vid }),
+            ethertype: EtherType::IPV4,
+        },
+        ip,
+        udp: UdpRepr {
+            src_port: cfg.udp_sport.unwrap_or_else(|| rc_udp_sport(av.flow_label, lqpn, rqpn)),
+            dst_port: ROCE_V2_PORT,
+        },
+        roce: RoceRepr {
+            bth: BthRepr {
+                opcode: Opcode::RC_ACKNOWLEDGE,
+                solicited: false,
+                mig_req: false,
+                pad_count: 0,
+                pkey: bth::DEFAULT_PKEY,
+                fecn: false,
+                becn: false,
+                dest_qp: Qpn::new(rqpn),
+                ack_req: false,
+                psn: Psn::new(0),
+            },
+            ext: ExtHeaders::default(),
+            payload_len: 0,
+        },
+    };
+    Ok((frame, local, peer))
+}
+
 impl FrameTemplate {
     /// The template of QP `lqpn` talking to `rqpn` along `av`; an IPv4 path takes its pair's
     /// identification counter from `idents`.
@@ -56,70 +133,41 @@ impl FrameTemplate {
         lqpn: u32,
         rqpn: u32,
     ) -> Result<FrameTemplate, VerbsError> {
-        let sgid = *cfg.gids.get(av.sgid_index as usize).ok_or(VerbsError::InvalidArgument("sgid_index"))?;
-        let (local, peer) = (sgid.to_ip(), av.dgid.to_ip());
-        // The route's hop limit, not the AV's (see `DeviceConfig::hop_limit`).
-        let hop = cfg.hop_limit;
-        let ip = match (local, peer) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => IpRepr::V4(Ipv4Repr {
-                src_addr: s,
-                dst_addr: d,
-                dscp: av.traffic_class >> 2,
-                ecn: Ecn::from_bits(av.traffic_class),
-                ident: 0,
-                dont_frag: true,
-                ttl: hop,
-                protocol: ipv4::PROTOCOL_UDP,
-                payload_len: 0,
-            }),
-            (IpAddr::V6(s), IpAddr::V6(d)) => IpRepr::V6(Ipv6Repr {
-                src_addr: s,
-                dst_addr: d,
-                dscp: av.traffic_class >> 2,
-                ecn: Ecn::from_bits(av.traffic_class),
-                // rxe `prepare_ipv6_hdr` writes 0; the AV's flow label only feeds the UDP source
-                // port (`rdma_get_udp_sport`).
-                flow_label: 0,
-                hop_limit: hop,
-                next_header: ipv4::PROTOCOL_UDP,
-                payload_len: 0,
-            }),
-            _ => return Err(VerbsError::InvalidArgument("source and destination GIDs of different IP versions")),
-        };
-        let frame = FrameRepr {
-            eth: EthernetRepr {
-                src_addr: cfg.mac,
-                dst_addr: av.dmac,
-                vlan: cfg.vlan.map(|vid| VlanTag { pcp: av.sl & 7, dei: false, vid }),
-                ethertype: EtherType::IPV4,
-            },
-            ip,
-            udp: UdpRepr {
-                src_port: cfg.udp_sport.unwrap_or_else(|| rc_udp_sport(av.flow_label, lqpn, rqpn)),
-                dst_port: ROCE_V2_PORT,
-            },
-            roce: RoceRepr {
-                bth: BthRepr {
-                    opcode: Opcode::RC_ACKNOWLEDGE,
-                    solicited: false,
-                    mig_req: false,
-                    pad_count: 0,
-                    pkey: bth::DEFAULT_PKEY,
-                    fecn: false,
-                    becn: false,
-                    dest_qp: Qpn::new(rqpn),
-                    ack_req: false,
-                    psn: Psn::new(0),
-                },
-                ext: ExtHeaders::default(),
-                payload_len: 0,
-            },
-        };
+        let (frame, local, peer) = path_repr(cfg, av, lqpn, rqpn)?;
         let hdr = HeaderTemplate::new(&frame.eth, &frame.ip, &frame.udp, &frame.roce.bth, cfg.udp_checksum)
             .map_err(|_| VerbsError::InvalidArgument("address vector"))?;
         let ident =
             (cfg.ipv4_ident == Ipv4Ident::Counter && peer.is_ipv4()).then(|| idents.slot(cfg.seed, local, peer));
         Ok(FrameTemplate { hdr, peer, local, ident })
+    }
+
+    /// Emit a CNP from QP `lqpn` to its peer `rqpn` along `av` (the QP's path, as
+    /// [`FrameTemplate::new`] built it) into `buf`: ConnectX's layout (`uroce_wire::cnp`), with
+    /// the NP's DSCP and 802.1p priority, ECT(0), the path's IPv4 identification counter.
+    /// CNPs are rare (at most one per `min_time_between_cnps` per QP), so the frame is built
+    /// by the general emitter rather than a template of its own.
+    pub(crate) fn emit_cnp(
+        &self,
+        cfg: &DeviceConfig,
+        idents: &mut Idents,
+        np: &crate::cc::NpConfig,
+        av: &AddressVector,
+        (lqpn, rqpn): (u32, u32),
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let (mut frame, _, _) = path_repr(cfg, av, lqpn, rqpn).ok()?;
+        let ident = self.next_ident(idents);
+        match &mut frame.ip {
+            IpRepr::V4(v4) => {
+                (v4.dscp, v4.ecn, v4.ident) = (np.cnp_dscp, Ecn::Ect0, ident);
+            }
+            IpRepr::V6(v6) => (v6.dscp, v6.ecn) = (np.cnp_dscp, Ecn::Ect0),
+        }
+        if let Some(tag) = &mut frame.eth.vlan {
+            tag.pcp = np.cnp_802p_prio & 7;
+        }
+        frame.roce = uroce_wire::cnp::cnp(Qpn::new(rqpn));
+        frame.emit(buf, cfg.udp_checksum, |_| {}).ok()
     }
 
     /// Whether a frame from `src` to `dst` travels this QP's path: only the connected peer may

@@ -22,11 +22,13 @@ pub enum Timer {
     Rnr = 1,
     /// Pacing: the time the next request packet may leave (a rate limit or congestion control).
     Departure = 2,
+    /// The congestion-control algorithm's next event (DCQCN: rate increase, a folded decrease).
+    Cc = 3,
 }
 
 impl Timer {
     /// Every timer, in index order.
-    pub const ALL: [Timer; 3] = [Timer::Retransmit, Timer::Rnr, Timer::Departure];
+    pub const ALL: [Timer; 4] = [Timer::Retransmit, Timer::Rnr, Timer::Departure, Timer::Cc];
 }
 
 const N: usize = Timer::ALL.len();
@@ -255,7 +257,7 @@ mod tests {
         let mut now = 0u64;
         for _ in 0..20_000 {
             let qp = (rng.next_u32() % 4) as usize;
-            let k = Timer::ALL[(rng.next_u32() % 3) as usize];
+            let k = Timer::ALL[(rng.next_u32() % N as u32) as usize];
             match rng.next_u32() % 4 {
                 0 | 1 => {
                     let at = now + (rng.next_u32() % 1000) as u64;

@@ -346,6 +346,12 @@ pub struct BareFrame<'a> {
 }
 
 impl BareFrame<'_> {
+    /// The IPv4 header's ECN field.
+    #[inline]
+    pub fn ecn(&self) -> crate::Ecn {
+        crate::Ecn::from_bits(self.l3.get(1).copied().unwrap_or(0))
+    }
+
     /// Check the ICRC, bringing `dst`'s cache lines in meanwhile
     /// ([`ParsedFrame::check_icrc_prefetching`]).
     #[inline]

@@ -125,13 +125,14 @@ impl Device {
     /// Limit how fast QP `qpn` sends requests, in bits per second of Ethernet frame (`None`:
     /// no limit): each request packet leaves `bits / rate` after the previous one (what
     /// `ibv_qp_attr.rate_limit` does on NICs with packet pacing; congestion control sets the
-    /// same pacer). Responses are not paced.
+    /// same pacer). Of the responses, READ responses are paced (they are the data of a READ);
+    /// ACKs are not.
     pub fn set_rate_limit(&mut self, qpn: u32, bits_per_sec: Option<u64>) -> Result<(), crate::VerbsError> {
         if bits_per_sec == Some(0) {
             return Err(crate::VerbsError::InvalidArgument("rate limit 0"));
         }
         let qp = self.qps.get_mut(&qpn).ok_or(crate::VerbsError::NoSuchObject("QP"))?;
-        qp.pacer.set_rate(bits_per_sec);
+        qp.pacer.set_limit(bits_per_sec);
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 
 use super::Device;
 use crate::counters::Counters;
+use crate::qp::congestion::CnpOutcome;
 use crate::qp::{icrc_ok, BadIcrc, Icrc};
 use crate::time::Instant;
 use std::net::IpAddr;
@@ -76,7 +77,8 @@ impl Device {
     /// all, for anything else, which the general path then handles (drops and NAKs included).
     /// `tests/rx_fast_path.rs` holds the two paths to the same results on mutated traffic.
     fn fast_write_middle(&mut self, b: &BareFrame<'_>) -> bool {
-        if b.bth.opcode != Opcode::RC_RDMA_WRITE_MIDDLE || !pkey_matches(b.bth.pkey) {
+        // A CE-marked frame goes the general way, where the notification point sees it.
+        if b.bth.opcode != Opcode::RC_RDMA_WRITE_MIDDLE || !pkey_matches(b.bth.pkey) || b.ecn() == Ecn::Ce {
             return false;
         }
         let Device { cfg, qps, mrs, counters, ready, .. } = self;
@@ -110,14 +112,14 @@ impl Device {
         let Some(info) = bth.opcode.info() else {
             return drop_frame(&mut self.counters, p, icrc, RxDrop::BadOpcode);
         };
-        match info.transport {
-            Transport::Rc => {}
+        let cnp = match info.transport {
+            Transport::Rc => false,
             Transport::Cnp => {
                 self.counters.rcvd_cnp += 1;
-                return Ok(());
+                true
             }
             _ => return drop_frame(&mut self.counters, p, icrc, RxDrop::BadOpcode),
-        }
+        };
         if !pkey_matches(bth.pkey) {
             return drop_frame(&mut self.counters, p, icrc, RxDrop::BadPkey);
         }
@@ -128,6 +130,14 @@ impl Device {
                 Some(_) => return Err(RxDrop::BadSource),
                 None => return Err(RxDrop::QpState),
             }
+            if cnp {
+                // A CNP is keyed on its destination QP only (ConnectX's source port varies).
+                match qp.on_cnp(ctx) {
+                    CnpOutcome::Handled => ctx.counters.rp_cnp_handled += 1,
+                    CnpOutcome::Ignored => ctx.counters.rp_cnp_ignored += 1,
+                }
+                return Ok(());
+            }
             let r = if info.is_request() {
                 qp.handle_request(ctx, p, icrc)
             } else if icrc == Icrc::Checked || icrc_ok(p) {
@@ -136,6 +146,9 @@ impl Device {
             } else {
                 Err(BadIcrc)
             };
+            if r.is_ok() {
+                qp.on_received(ctx, p, info);
+            }
             r.map_err(|BadIcrc| RxDrop::Icrc)
         });
         match r {

@@ -18,6 +18,7 @@
 //! [`crate::timer::TimerTable`]; the device only keeps the queue that says when to look.
 
 pub mod completer;
+pub(crate) mod congestion;
 pub(crate) mod pacing;
 pub mod requester;
 pub mod responder;
@@ -317,9 +318,13 @@ pub struct Qp {
     pub(crate) template: Option<FrameTemplate>,
     /// When the next request packet may leave (a rate limit; congestion control).
     pub(crate) pacer: pacing::Pacer,
-    /// This QP's deadlines: local ACK timeout, RNR wait, pacing departure.
+    /// This QP's deadlines: local ACK timeout, RNR wait, pacing departure, congestion control.
     pub(crate) timers: TimerTable,
     pub(crate) in_ready: bool,
+    /// The notification point: a CNP due, the last one's time.
+    pub(crate) np: crate::cc::Np,
+    /// The reaction point's algorithm (from the first CNP on; [`crate::cc`]).
+    pub(crate) cc: Option<Box<dyn crate::cc::CongestionControl>>,
 }
 
 impl Qp {
@@ -341,6 +346,8 @@ impl Qp {
             pacer: pacing::Pacer::default(),
             timers: TimerTable::default(),
             in_ready: false,
+            np: Default::default(),
+            cc: None,
         }
     }
 
@@ -354,9 +361,15 @@ impl Qp {
         self.state
     }
 
-    /// The rate limit in bits per second, if any (`Device::set_rate_limit`).
+    /// The rate the QP is paced at in bits per second, if any: the lower of its rate limit
+    /// (`Device::set_rate_limit`) and congestion control's rate.
     pub fn rate_limit(&self) -> Option<u64> {
         self.pacer.rate()
+    }
+
+    /// Congestion control's rate in bits per second (`None`: unlimited, or no algorithm).
+    pub fn cc_rate(&self) -> Option<u64> {
+        self.cc.as_ref().and_then(|c| c.rate())
     }
 
     /// Current attributes (`ibv_query_qp`).
@@ -418,13 +431,16 @@ impl Qp {
             Timer::Rnr => self.on_rnr_timeout(ctx),
             // The departure time has come: the device queues the QP to send.
             Timer::Departure => {}
+            Timer::Cc => self.on_cc_timeout(ctx),
         }
     }
 
     /// Does the QP have anything to transmit right now (or once a timer fires)?
     #[inline]
     pub(crate) fn has_output(&self) -> bool {
-        !self.resp.out.is_empty() || (self.send.cursor().0 != self.sq.tail && self.state == QpState::Rts)
+        !self.resp.out.is_empty()
+            || self.np.pending
+            || (self.send.cursor().0 != self.sq.tail && self.state == QpState::Rts)
     }
 
     /// Move to the error state: flush every outstanding WQE with WR_FLUSH_ERR (IBTA 10.7.3.1:
@@ -480,6 +496,8 @@ impl Qp {
         self.send = send_state::SendState::new(self.sq.tail);
         self.timers.stop_all();
         self.pacer = pacing::Pacer::default();
+        self.np = Default::default();
+        self.cc = None;
         self.resp = responder::Responder::default();
         self.template = None;
         self.attr = QpAttr::default();

@@ -12,7 +12,11 @@ use crate::time::Instant;
 /// A QP's pacer.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Pacer {
-    /// Bits per second; 0 = no limit.
+    /// The application's limit (`Device::set_rate_limit`), bits per second; 0 = none.
+    limit: u64,
+    /// Congestion control's rate, bits per second; 0 = none.
+    cc: u64,
+    /// The rate enforced: the lower of the two; 0 = no limit.
     rate: u64,
     /// The earliest departure of the next packet.
     next: Instant,
@@ -21,11 +25,29 @@ pub(crate) struct Pacer {
 }
 
 impl Pacer {
-    /// Set the rate (bits per second, `None`: unlimited). The packet already scheduled keeps
-    /// its departure time.
-    pub fn set_rate(&mut self, bits_per_sec: Option<u64>) {
-        self.rate = bits_per_sec.unwrap_or(0);
-        self.carry = 0;
+    /// Set the application's limit (bits per second, `None`: unlimited). The packet already
+    /// scheduled keeps its departure time.
+    pub fn set_limit(&mut self, bits_per_sec: Option<u64>) {
+        self.limit = bits_per_sec.unwrap_or(0);
+        self.update();
+    }
+
+    /// Set congestion control's rate (bits per second, `None`: unlimited).
+    pub fn set_cc_rate(&mut self, bits_per_sec: Option<u64>) {
+        self.cc = bits_per_sec.unwrap_or(0);
+        self.update();
+    }
+
+    fn update(&mut self) {
+        let r = match (self.limit, self.cc) {
+            (0, c) => c,
+            (l, 0) => l,
+            (l, c) => l.min(c),
+        };
+        if r != self.rate {
+            self.rate = r;
+            self.carry = 0;
+        }
     }
 
     /// The rate limit, if any.
@@ -67,7 +89,7 @@ mod tests {
         // 1 Gbit/s, 1000-byte packets: 8 µs each; 3 Gbit/s: 8/3 µs, carried exactly.
         let mut p = Pacer::default();
         assert_eq!(p.check(Instant::ZERO), Ok(()));
-        p.set_rate(Some(3_000_000_000));
+        p.set_limit(Some(3_000_000_000));
         let mut now = Instant::ZERO;
         for _ in 0..3000 {
             assert_eq!(p.check(now), Ok(()));
@@ -80,12 +102,27 @@ mod tests {
     #[test]
     fn an_idle_qp_gets_no_burst() {
         let mut p = Pacer::default();
-        p.set_rate(Some(1_000_000_000));
+        p.set_limit(Some(1_000_000_000));
         p.on_sent(Instant::ZERO, 125);
         assert_eq!(p.check(Instant::ZERO), Err(Instant::from_nanos(1000)));
         p.on_sent(Instant::from_nanos(50_000), 125);
         assert_eq!(p.check(Instant::from_nanos(50_000)), Err(Instant::from_nanos(51_000)));
-        p.set_rate(None);
+        p.set_limit(None);
         assert_eq!(p.check(Instant::from_nanos(50_000)), Ok(()));
+    }
+
+    #[test]
+    fn the_lower_of_limit_and_congestion_control() {
+        let mut p = Pacer::default();
+        p.set_cc_rate(Some(2_000_000_000));
+        assert_eq!(p.rate(), Some(2_000_000_000));
+        p.set_limit(Some(1_000_000_000));
+        assert_eq!(p.rate(), Some(1_000_000_000));
+        p.set_cc_rate(Some(500_000_000));
+        assert_eq!(p.rate(), Some(500_000_000));
+        p.set_cc_rate(None);
+        assert_eq!(p.rate(), Some(1_000_000_000));
+        p.set_limit(None);
+        assert_eq!(p.rate(), None);
     }
 }

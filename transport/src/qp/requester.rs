@@ -322,7 +322,7 @@ impl Qp {
                     self.arm(ctx, Timer::Retransmit, ctx.now + t);
                 }
             }
-            self.pacer.on_sent(ctx.now, len);
+            self.paced_sent(ctx, len);
             return Some(len);
         }
     }

@@ -661,14 +661,29 @@ impl Qp {
     }
 
     /// Produce the next response packet, if any.
+    /// A CNP goes first; READ responses are paced as requests are (the responder is the
+    /// reaction point of a READ: the NP, the requester, sends its CNPs here).
     pub(crate) fn poll_response(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if let Some(len) = self.poll_cnp(ctx, buf) {
+            return Some(len);
+        }
         if self.resp.out.is_empty() {
             return None;
         }
         loop {
+            let read = matches!(self.resp.out.front(), Some(RespOut::Read { .. }));
+            if read {
+                if let Err(at) = self.pacer.check(ctx.now) {
+                    self.arm(ctx, crate::timer::Timer::Departure, at);
+                    return None;
+                }
+            }
             match self.emit_response(ctx, buf)? {
                 Ok(len) => {
                     ctx.counters.sent_pkts += 1;
+                    if read {
+                        self.paced_sent(ctx, len);
+                    }
                     return Some(len);
                 }
                 Err(psn) => {

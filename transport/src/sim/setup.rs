@@ -25,8 +25,14 @@ pub fn ipv6(i: u8) -> Ipv6Addr {
 
 /// A device for node `i` with GIDs [link-local, 10.0.0.i, fd00::i].
 pub fn device(i: u8, seed: u64) -> Device {
+    device_with(i, seed, |_| {})
+}
+
+/// [`device`] with its configuration changed by `f` first (congestion control, quirks, ...).
+pub fn device_with(i: u8, seed: u64, f: impl FnOnce(&mut DeviceConfig)) -> Device {
     let mut cfg = DeviceConfig::new(mac(i), &[IpAddr::V4(ipv4(i)), IpAddr::V6(ipv6(i))]);
     cfg.seed = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(i as u64);
+    f(&mut cfg);
     Device::new(cfg)
 }
 
