@@ -46,3 +46,43 @@ fn bad_arguments_are_errors() {
     let out = uroce().args(["sim", "soak", "--loss", "1.5"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `uroce sim dcqcn`: the CSV the issue names, worked by hand for the paper's profile (α = 1 at
+/// the first CNP, g = 1/256, T = K = 55 µs, RT = RC on each later CNP).
+#[test]
+fn dcqcn_prints_the_rp_events_as_csv() {
+    let out = uroce()
+        .args(["sim", "dcqcn", "--profile", "paper", "--line-rate", "40", "--mtu", "1000"])
+        .args(["--cnp-at", "10,100", "--until", "160"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let want = "\
+t_us,event,rc_gbps,rt_gbps,alpha
+10.000,cnp,40.000000000,40.000000000,1.000000
+10.000,decrease,20.000000000,40.000000000,1.000000
+65.000,rate_timer,30.000000000,40.000000000,0.996094
+65.000,alpha_timer,30.000000000,40.000000000,0.996094
+100.000,cnp,30.000000000,40.000000000,0.996109
+100.000,decrease,15.058593750,30.000000000,0.996109
+155.000,rate_timer,22.529296875,30.000000000,0.992218
+155.000,alpha_timer,22.529296875,30.000000000,0.992218
+";
+    assert_eq!(text, want);
+    // ConnectX's knobs by name; a bad one is an error naming it.
+    let out = uroce()
+        .args(["sim", "dcqcn", "--set", "rpg_time_reset=10", "--set", "rpg_byte_reset=0", "--cnp-at", "0"])
+        .args(["--until", "25"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let timers: Vec<&str> =
+        text.lines().filter(|l| l.contains(",rate_timer,")).map(|l| l.split(',').next().unwrap()).collect();
+    assert_eq!(timers, ["10.000", "20.000"]);
+    assert!(!text.contains("byte_counter"));
+    let out = uroce().args(["sim", "dcqcn", "--set", "rpg_fast=1", "--until", "1"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown DCQCN knob `rpg_fast`"));
+}

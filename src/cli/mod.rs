@@ -10,6 +10,7 @@ mod pcap_cmd;
 mod perf_cmd;
 mod pingpong_cmd;
 mod sim_cmd;
+mod sim_dcqcn;
 mod tools;
 
 /// uroce: a userspace RoCEv2 stack.
@@ -50,7 +51,7 @@ enum Command {
     /// Two uroce instances and a perftest run between them: as root over AF_XDP between two
     /// fresh network namespaces joined by veth; otherwise over kernel UDP on loopback.
     Demo(demo_cmd::DemoArgs),
-    /// Run the RC engine over a simulated lossy network.
+    /// Simulations: the RC engine over a lossy network (soak), DCQCN's reaction point (dcqcn).
     #[command(subcommand)]
     Sim(SimCommand),
     /// Measurement tools for the datapath benchmark (raw AF_XDP blaster, TCP ping-pong).
@@ -64,6 +65,10 @@ enum SimCommand {
     /// completion checked; prints `ops: N ok: N failed: N data_mismatch: N retransmits: N naks:
     /// N sim_time_ms: X` and exits non-zero on any failure or mismatch.
     Soak(sim_cmd::SoakArgs),
+    /// One saturated flow's DCQCN reaction point with CNPs at given times: prints CSV
+    /// `t_us,event,rc_gbps,rt_gbps,alpha`, one row per RP event (cnp, alpha_timer, rate_timer,
+    /// byte_counter, decrease).
+    Dcqcn(sim_dcqcn::DcqcnArgs),
 }
 
 /// Parse arguments and run.
@@ -73,6 +78,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Command::Pcap { files, quiet } => pcap_cmd::check(&files, quiet),
         Command::GenPcap { file } => pcap_cmd::generate(&file),
         Command::Sim(SimCommand::Soak(a)) => sim_cmd::soak(&a),
+        Command::Sim(SimCommand::Dcqcn(a)) => sim_dcqcn::run(&a),
         Command::Tool(t) => tools::run(t),
         Command::Perf(a) => perf_cmd::run(&a),
         Command::Demo(a) => demo_cmd::run(&a),

@@ -8,6 +8,7 @@
 //! | [`rate`] | the decrease: RC cut by α, RT clamped or kept, the first CNP, the floor |
 //! | [`increase`] | fast recovery, additive and hyper increase |
 //! | [`timers`] | the increase timer (T) and byte counter (B) |
+//! | [`flow`] | one saturated flow driven by given CNP times (`uroce sim dcqcn`) |
 //! | here | [`Dcqcn`]: the state machine that ties them together, and the monitor period |
 //!
 //! A QP starts unlimited, at line rate. Its first CNP starts the rate limiter (α at
@@ -16,10 +17,12 @@
 //! its end, with α as it stands then); increase events move it back up; once RC and RT are
 //! both back at line rate the limiter is released and the QP is unlimited again.
 //!
-//! Each method takes an observer that sees every RP event with the state right after it:
-//! the engine passes one that does nothing, `uroce sim dcqcn` prints them.
+//! Each method takes an observer that sees every RP event with the state right after it (a
+//! `cnp` with α updated, a `decrease` with the rate cut): the engine passes one that does
+//! nothing, `uroce sim dcqcn` ([`flow`]) prints them.
 
 pub mod alpha;
+pub mod flow;
 pub mod increase;
 pub mod params;
 pub mod rate;
@@ -133,17 +136,18 @@ impl Dcqcn {
         let Some(l) = &mut self.lim else {
             // The first CNP: the limiter starts at line rate with α = initial_alpha_value.
             let alpha = Alpha::start(p.initial_alpha(), now);
-            let mut rates = Rates::at(p.max_rate());
-            obs(now, RpEvent::Cnp, self.state(now));
-            rates.first_cnp(&p, alpha.value(now, g, k));
             self.lim = Some(Limited {
-                rates,
+                rates: Rates::at(p.max_rate()),
                 alpha,
                 stages: Stages::default(),
                 timers: IncreaseTimers::restart(&p, now),
                 last_decrease: now,
                 pending_decrease: false,
             });
+            obs(now, RpEvent::Cnp, self.state(now));
+            if let Some(l) = &mut self.lim {
+                l.rates.first_cnp(&p, alpha.value(now, g, k));
+            }
             obs(now, RpEvent::Decrease, self.state(now));
             return;
         };

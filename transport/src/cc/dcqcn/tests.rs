@@ -24,6 +24,7 @@ fn paper_profile_by_hand() {
     let ev = events(|o| d.on_cnp(us(0), &mut |t, e, s| o(t, e, s)));
     // α = 1: RC = 40·(1 − 1/2) = 20, RT = 40.
     assert_eq!(ev, vec![(0, RpEvent::Cnp, 40e9, 40e9), (0, RpEvent::Decrease, 20e9, 40e9)]);
+    assert_eq!(d.state(us(0)).alpha, 1.0);
     assert_eq!(d.next_timeout(), Some(us(55)));
     // Five timer events of fast recovery (T = 55 µs, F = 5): halfway to 40 each time.
     let mut rc = Vec::new();
