@@ -1,13 +1,16 @@
 //! Two engines back to back in memory on one thread: frames handed from one
-//! `poll_transmit` straight to the other's `handle_frame`, no network and no clock in between.
-//! The engine benchmark (`benches/engine.rs`) and the steady-state allocation test
+//! `poll_transmit` straight to the other's `handle_frame`, no network in between, and no
+//! clock unless one is asked for ([`BackToBack::set_clock`]). The engine benchmarks
+//! (`benches/engine.rs`, `ratio`, `dcqcn`) and the steady-state allocation test
 //! (`tests/no_alloc.rs`) drive the engine this way.
 
-use super::setup::{connect, device, reg, QpEnd, QpOptions, ALL_ACCESS};
+use super::setup::{connect, device_with, reg, QpEnd, QpOptions, ALL_ACCESS};
 use super::{LinkConfig, Network};
+use crate::config::DeviceConfig;
 use crate::device::{Device, MrInfo};
 use crate::time::Instant;
 use crate::verbs::*;
+use std::net::IpAddr;
 
 /// A connected RC QP pair, A → B, with a source MR on A and a destination MR on B.
 pub struct BackToBack {
@@ -32,14 +35,22 @@ pub struct BackToBack {
     pub frames: u64,
     /// Frames a device refused (`handle_frame` errors).
     pub rejected: u64,
+    /// The simulated time, and the rate (bits/s) at which A's frames advance it (0: frozen).
+    now: Instant,
+    clock_rate: u64,
 }
 
 impl BackToBack {
     /// Connect a QP pair at path MTU `mtu`, with regions of `size` bytes (at least 64).
     pub fn new(mtu: Mtu, size: usize) -> BackToBack {
+        BackToBack::with_config(mtu, size, |_| {})
+    }
+
+    /// [`BackToBack::new`] with both devices' configuration changed by `f` first.
+    pub fn with_config(mtu: Mtu, size: usize, f: impl Fn(&mut DeviceConfig)) -> BackToBack {
         let mut net = Network::new(1, LinkConfig::default());
-        net.add(device(1, 1));
-        net.add(device(2, 1));
+        net.add(device_with(1, 1, &f));
+        net.add(device_with(2, 1, &f));
         let cap = QpCap { max_send_wr: 256, max_recv_wr: 1024, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
         let o = QpOptions { mtu, cap, ..Default::default() };
         let (qa, qb) = connect(&mut net, 0, 1, &o).expect("connect a QP pair");
@@ -47,7 +58,63 @@ impl BackToBack {
         let dst = reg(&mut net, 1, qb.pd, size.max(64), ALL_ACCESS, |_| 0);
         let mut d = net.into_devices().into_iter();
         let (a, b) = (d.next().expect("device A"), d.next().expect("device B"));
-        BackToBack { a, b, qa, qb, src, dst, buf: vec![0u8; 9216 + 64], posted: 0, done: 0, frames: 0, rejected: 0 }
+        let buf = vec![0u8; 9216 + 64];
+        BackToBack {
+            a,
+            b,
+            qa,
+            qb,
+            src,
+            dst,
+            buf,
+            posted: 0,
+            done: 0,
+            frames: 0,
+            rejected: 0,
+            now: Instant::ZERO,
+            clock_rate: 0,
+        }
+    }
+
+    /// Let time pass: each frame A sends moves the clock on by its bits at `bits_per_sec`, as
+    /// on a link of that rate, and both devices' timers fire when due (0: time stands still,
+    /// the default). Pacing and congestion control need it.
+    pub fn set_clock(&mut self, bits_per_sec: u64) {
+        self.clock_rate = bits_per_sec;
+    }
+
+    /// The simulated time.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Hand A a CNP from B for A's QP (what B's notification point would send), at the
+    /// current time.
+    pub fn cnp_to_a(&mut self) -> Result<(), crate::RxDrop> {
+        use uroce_wire::*;
+        let (ca, cb) = (self.a.config(), self.b.config());
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (cb.gids[1].to_ip(), ca.gids[1].to_ip()) else {
+            return Err(crate::RxDrop::WrongDestination);
+        };
+        let ip = IpRepr::V4(Ipv4Repr {
+            src_addr: src,
+            dst_addr: dst,
+            dscp: cnp::CNP_DSCP,
+            ecn: Ecn::Ect0,
+            ident: 0,
+            dont_frag: true,
+            ttl: 64,
+            protocol: ipv4::PROTOCOL_UDP,
+            payload_len: 0,
+        });
+        let frame = FrameRepr {
+            eth: EthernetRepr { src_addr: cb.mac, dst_addr: ca.mac, vlan: None, ethertype: EtherType::IPV4 },
+            ip,
+            udp: UdpRepr { src_port: 0, dst_port: ROCE_V2_PORT },
+            roce: cnp::cnp(Qpn::new(self.qa.qpn)),
+        };
+        let n = frame.emit(&mut self.buf, UdpChecksum::Zero, |_| {}).map_err(crate::RxDrop::Malformed)?;
+        self.a.handle_frame(self.now, &self.buf[..n])
     }
 
     /// Run `msgs` messages of `size` bytes with `op` (atomics: 8 bytes, FETCH_ADD 1 /
@@ -55,7 +122,6 @@ impl BackToBack {
     /// the last). SENDs get a receive posted on B first. Panics on a failed completion.
     #[inline]
     pub fn run(&mut self, op: WrOpcode, size: usize, msgs: u64, window: u64, signal_every: u64) {
-        let now = Instant::ZERO;
         let target = self.posted + msgs;
         let mut wc = [WorkCompletion::default(); 32];
         while self.done < target {
@@ -85,9 +151,21 @@ impl BackToBack {
             }
             // Frames with their IP header on a cache line, as a runtime places them.
             let buf = uroce_wire::copy::ip_aligned(&mut self.buf);
-            while let Some(n) = self.a.poll_transmit(now, buf) {
-                self.rejected += self.b.handle_frame(now, &buf[..n]).is_err() as u64;
+            let moved = self.frames;
+            while let Some(n) = self.a.poll_transmit(self.now, buf) {
+                self.rejected += self.b.handle_frame(self.now, &buf[..n]).is_err() as u64;
                 self.frames += 1;
+                if self.clock_rate != 0 {
+                    self.now += core::time::Duration::from_nanos(n as u64 * 8_000_000_000 / self.clock_rate);
+                }
+            }
+            let now = self.now;
+            if self.clock_rate != 0 {
+                for d in [&mut self.a, &mut self.b] {
+                    if d.poll_timeout().is_some_and(|t| t <= now) {
+                        d.handle_timeout(now);
+                    }
+                }
             }
             while let Some(n) = self.b.poll_transmit(now, buf) {
                 self.rejected += self.a.handle_frame(now, &buf[..n]).is_err() as u64;
@@ -104,6 +182,11 @@ impl BackToBack {
                 }
             }
             while self.b.poll_cq(self.qb.cq, &mut wc).expect("poll_cq") == wc.len() {}
+            if self.clock_rate != 0 && self.frames == moved {
+                // Nothing could move (pacing): on to the next deadline.
+                let next = [self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten().min();
+                self.now = self.now.max(next.expect("a stalled pair has a timer running"));
+            }
         }
     }
 }
