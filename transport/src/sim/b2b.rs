@@ -155,8 +155,8 @@ impl BackToBack {
             while let Some(n) = self.a.poll_transmit(self.now, buf) {
                 self.rejected += self.b.handle_frame(self.now, &buf[..n]).is_err() as u64;
                 self.frames += 1;
-                if self.clock_rate != 0 {
-                    self.now += core::time::Duration::from_nanos(n as u64 * 8_000_000_000 / self.clock_rate);
+                if let Some(ns) = (n as u64 * 8_000_000_000).checked_div(self.clock_rate) {
+                    self.now += core::time::Duration::from_nanos(ns);
                 }
             }
             let now = self.now;
