@@ -461,6 +461,7 @@ pub fn run(cfg: &PingpongConfig, out: &mut dyn Write) -> Result<Summary> {
             true => Some(|c: &mut DeviceConfig| c.quirks.retry_cnt_7_infinite = true),
             false => None,
         },
+        cc: Default::default(),
     })?;
     let active = port.device_ref().config().active_mtu;
     let mtu = if cfg.mtu > active {

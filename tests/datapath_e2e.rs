@@ -69,6 +69,7 @@ fn open(end: &End, peer: &End, be: Be, inject: Option<FaultConfig>, name: &'stat
             pcap: None,
             inject,
             tweak: None,
+            cc: Default::default(),
         })?;
         let mac = netif::resolve_mac(&ifname, peer_ip, Duration::from_secs(5))?;
         Ok((port, mac))

@@ -265,3 +265,49 @@ fn a_thousand_qps_over_af_xdp() {
     assert_eq!(co.matches("local address:").count(), 1000, "{co}");
     assert_eq!(co.matches("remote address:").count(), 1000, "{co}");
 }
+
+/// The value of counter `name` on the `uroce-counters engine:` line of `err` (0 if absent:
+/// only non-zero counters are printed).
+fn engine_counter(err: &str, name: &str) -> u64 {
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("uroce-counters engine:"))
+        .unwrap_or_else(|| panic!("no counters in\n{err}"));
+    line.split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{name}="))).map_or(0, |v| v.parse().unwrap())
+}
+
+/// Congestion control on real frames over AF_XDP: the server marks 5 % of what it receives CE
+/// (its fault injector standing in for a switch), its notification point answers with CNPs,
+/// and the client's DCQCN reaction point acts on them; the data still arrives whole.
+#[test]
+fn ecn_cnps_and_dcqcn_on_real_frames() {
+    if !prereq("ecn_cnps_and_dcqcn_on_real_frames") {
+        return;
+    }
+    let net = NetPair::create(&PairConfig { subnet: 104, ..PairConfig::new("pc", 1500) }).unwrap();
+    let args = ["write_bw", "-s", "65536", "-n", "2000", "--counters"];
+    let mut s_args = vec!["-d", &net.a.ifname, "--ecn", "--min-time-between-cnps", "50"];
+    s_args.extend_from_slice(&args);
+    s_args.extend_from_slice(&["--inject", "ce=0.05,seed=5"]);
+    let mut server = common::watch(spawn(&net.a.ns, &s_args));
+    let host = net.a.ip4.to_string();
+    let mut c_args = vec![args[0], &host, "-d", &net.b.ifname, "--dcqcn", "--line-rate", "10"];
+    c_args.extend_from_slice(&args[1..]);
+    let c = common::finish(spawn(&net.b.ns, &c_args), "client", Duration::from_secs(60));
+    if !c.status.success() {
+        server.kill();
+    }
+    let s = server.finish("server", Duration::from_secs(30));
+    let (se, ce) = (String::from_utf8_lossy(&s.stderr), String::from_utf8_lossy(&c.stderr));
+    assert!(c.status.success() && s.status.success(), "client:\n{ce}\nserver:\n{se}");
+    check_bw(&String::from_utf8_lossy(&c.stdout), 65536.0, 2000.0, "write_bw with DCQCN");
+    let marked = engine_counter(&se, "np_ecn_marked_roce_packets");
+    let sent = engine_counter(&se, "np_cnp_sent");
+    let handled = engine_counter(&ce, "rp_cnp_handled");
+    // 2000 × 16 request frames, 5 % marked; CNPs at most one per 50 µs.
+    assert!(marked > 1000, "marked {marked}\n{se}");
+    assert!(sent > 0 && sent <= marked, "sent {sent} of {marked}\n{se}");
+    assert!(handled > 0 && handled <= sent, "client handled {handled} of {sent}\n{ce}");
+    assert_eq!(engine_counter(&ce, "rp_cnp_ignored"), 0);
+    eprintln!("CE-marked {marked}, CNPs sent {sent}, handled {handled}");
+}

@@ -48,6 +48,7 @@ fn open(end: &End, peer: &End) -> Side {
             pcap: None,
             inject: None,
             tweak: None,
+            cc: Default::default(),
         })?;
         Ok((port, netif::resolve_mac(&ifname, peer_ip, Duration::from_secs(5))?))
     })

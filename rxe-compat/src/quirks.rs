@@ -588,7 +588,12 @@ pub const QUIRKS: &[Quirk] = &[
         ),
         source: &[src("drivers/infiniband/sw/rxe/rxe_net.c", "prepare4 / prepare6")],
         evidence: Evidence::Captures("ipv4_header_df_ttl_tos"),
-        uroce: Uroce::Matches("FrameTemplate::new splits av.traffic_class into DSCP and ECN unchanged"),
+        uroce: Uroce::Matches(
+            "path_repr splits av.traffic_class into DSCP and ECN unchanged while DeviceConfig::cc \
+             is off (the default); with cc.ecn uroce sends ECT(0), and with cc.np / cc.rp it \
+             answers CE with CNPs and reacts to them, as ConnectX does (rxe drops the CNPs: \
+             harmless)",
+        ),
     },
     Quirk {
         id: QuirkId::Ipv6FlowLabel,

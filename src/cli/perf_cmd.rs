@@ -199,6 +199,47 @@ pub struct PerfArgs {
     /// injector's counters to stderr (`uroce-counters <group>: name=value ...`).
     #[arg(long)]
     counters: bool,
+    /// Send ECN-capable frames and answer CE-marked ones with CNPs (the notification point);
+    /// `--dcqcn` implies it.
+    #[arg(long)]
+    ecn: bool,
+    /// React to CNPs with DCQCN (ConnectX's reaction point), with the `connectx` (firmware
+    /// defaults) or `paper` (SIGCOMM 2015) profile.
+    #[arg(long, value_name = "PROFILE", num_args = 0..=1, default_missing_value = "connectx")]
+    dcqcn: Option<String>,
+    /// Change a DCQCN knob by its ConnectX name (e.g. `rpg_time_reset=55`); repeatable.
+    #[arg(long = "dcqcn-set", value_name = "KNOB=VALUE", requires = "dcqcn")]
+    dcqcn_set: Vec<String>,
+    /// The line rate DCQCN starts from and returns to, Gbit/s.
+    #[arg(long, value_name = "GBPS", default_value_t = 100.0, requires = "dcqcn")]
+    line_rate: f64,
+    /// At most one CNP per QP in this many µs (ConnectX `min_time_between_cnps`).
+    #[arg(long, value_name = "US", default_value_t = 2)]
+    min_time_between_cnps: u32,
+}
+
+/// `--ecn`, `--dcqcn ...`: the engine's congestion control.
+fn congestion(a: &PerfArgs) -> Result<uroce_transport::cc::CongestionConfig> {
+    use uroce_transport::cc::{dcqcn::Params, Algorithm, CongestionConfig, NpConfig};
+    let np = NpConfig {
+        min_time_between_cnps: Duration::from_micros(a.min_time_between_cnps as u64),
+        ..NpConfig::default()
+    };
+    let rp = match &a.dcqcn {
+        None => None,
+        Some(profile) => {
+            if !a.line_rate.is_finite() || !(0.001..=100_000.0).contains(&a.line_rate) {
+                bail!("--line-rate must be between 0.001 and 100000 Gbit/s");
+            }
+            let mut p = Params::profile(profile, (a.line_rate * 1e9).round() as u64)?;
+            for kv in &a.dcqcn_set {
+                p.set_assignment(kv)?;
+            }
+            Some(Algorithm::Dcqcn(p))
+        }
+    };
+    let on = a.ecn || rp.is_some();
+    Ok(CongestionConfig { ecn: on, np: on.then_some(np), rp })
 }
 
 /// Build the run's configuration from the flags.
@@ -252,6 +293,7 @@ pub fn config(a: &PerfArgs) -> Result<PerfConfig> {
     c.backend = a.io.kind();
     c.pcap = a.pcap.clone();
     c.inject = a.inject.clone();
+    c.cc = congestion(a)?;
     c.seed = a.seed;
     c.progress &= !a.no_progress;
     c.counters = a.counters;

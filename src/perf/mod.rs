@@ -127,6 +127,8 @@ pub struct PerfConfig {
     pub pcap: Option<std::path::PathBuf>,
     /// Fault injection.
     pub inject: Option<uroce_io::inject::FaultConfig>,
+    /// Congestion control (`--ecn`, `--dcqcn`).
+    pub cc: uroce_transport::cc::CongestionConfig,
     /// Seed of QPNs, keys and PSNs (`--seed`); `None`: from the operating system
     /// ([`uroce_io::random::key_seed`]), so that no key can be predicted from the clock or the pid.
     pub seed: Option<u64>,
@@ -213,6 +215,7 @@ impl PerfConfig {
             backend: BackendKind::Xdp(Default::default()),
             pcap: None,
             inject: None,
+            cc: Default::default(),
             seed: None,
             progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
             connect_timeout: Duration::from_secs(30),
@@ -393,6 +396,7 @@ pub fn run(cfg: PerfConfig, out: Box<dyn std::io::Write>) -> Result<Option<BwRes
         pcap: cfg.pcap.clone(),
         inject: cfg.inject.clone(),
         tweak: None,
+        cc: cfg.cc,
     })?;
     let stream = match &cfg.host {
         Some(h) => connect_tcp(h, cfg.port, cfg.connect_timeout)?,

@@ -48,6 +48,8 @@ pub struct PortConfig {
     pub inject: Option<inject::FaultConfig>,
     /// Engine configuration changes applied last (e.g. window size, quirks).
     pub tweak: Option<fn(&mut DeviceConfig)>,
+    /// Congestion control (ECN, CNPs, DCQCN; default off, as rxe).
+    pub cc: uroce_transport::cc::CongestionConfig,
 }
 
 /// Port counters.
@@ -172,6 +174,7 @@ impl Port {
         // needs the engine's own check behind it.
         let corrupts = cfg.inject.as_ref().is_some_and(|f| f.corrupt > 0.0);
         dc.check_icrc = !backend.verifies_icrc() || corrupts;
+        dc.cc = cfg.cc;
         if let Some(t) = cfg.tweak {
             t(&mut dc);
         }
