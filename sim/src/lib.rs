@@ -1,0 +1,18 @@
+//! # uroce-sim: a deterministic datacenter simulator that runs the real engine
+//!
+//! Hosts are `uroce_transport::Device`s, unchanged; they talk RC over links with a bandwidth
+//! and a propagation delay, through switches with a shared buffer, per-port, per-priority
+//! egress queues, WRED/ECN marking and PFC ([`switch`]). Discrete events, one seeded RNG:
+//! the same seed gives the same run, byte for byte.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`fabric`] | hosts running the engine, switches, links, flows of RDMA WRITEs, the event loop, samples |
+//! | [`pfc`] | 802.1Qbb PFC frames, and which priority a frame travels in |
+//! | [`topology`] | dumbbell, N:1 incast, leaf-spine, ring |
+//! | [`switch`] | the switch model (buffer, queues, ECN, PFC, watchdog), event-loop free |
+
+pub mod fabric;
+pub mod pfc;
+pub mod switch;
+pub mod topology;

@@ -1,0 +1,101 @@
+//! The fabric with the real engine: flows complete, data crosses switches, PFC and ECN act.
+
+use core::time::Duration;
+use uroce_sim::fabric::{FlowSpec, HostConfig, LinkSpec};
+use uroce_sim::switch::SwitchConfig;
+use uroce_sim::topology;
+use uroce_transport::cc::dcqcn::Params;
+use uroce_transport::cc::{Algorithm, CongestionConfig, NpConfig};
+use uroce_transport::Instant;
+
+const G100: u64 = 100_000_000_000;
+
+fn us(v: u64) -> Duration {
+    Duration::from_micros(v)
+}
+
+fn link() -> LinkSpec {
+    LinkSpec::new(G100, us(1))
+}
+
+#[test]
+fn one_flow_across_a_dumbbell_runs_at_line_rate() {
+    let t = topology::dumbbell(1, 1, HostConfig::default(), SwitchConfig::default(), link(), link());
+    let mut f = t.fabric;
+    f.add_flow(FlowSpec { src: 0, dst: 1, bytes: Some(8 << 20), start: Duration::ZERO, msg: 64 << 10, window: 16 })
+        .unwrap();
+    f.run_until(Instant::from_nanos(5_000_000));
+    let fl = &f.flows()[0];
+    assert_eq!(fl.errors, 0);
+    let done = fl.done_at.expect("8 MiB written");
+    // 8 MiB at 100 Gbit/s of frames (4096 payload in 4158 bytes on the wire with gap) plus a
+    // few µs of path: about 700 µs.
+    let ideal = (8u64 << 20) as f64 * 8.0 / 1e11 * (4096.0 + 62.0 + 24.0) / 4096.0;
+    let took = done.as_nanos() as f64 / 1e9;
+    assert!(took > ideal && took < ideal * 1.1 + 20e-6, "took {took} s, ideal {ideal} s");
+}
+
+#[test]
+fn incast_without_cc_pauses_with_pfc_and_loses_nothing() {
+    let t = topology::incast(2, 8, HostConfig::default(), SwitchConfig::default(), link());
+    let mut f = t.fabric;
+    for s in 0..8 {
+        f.add_flow(FlowSpec { src: s, dst: 8, bytes: Some(2 << 20), start: Duration::ZERO, msg: 64 << 10, window: 16 })
+            .unwrap();
+    }
+    f.run_until(Instant::from_nanos(20_000_000));
+    for fl in f.flows() {
+        assert!(fl.done_at.is_some() && fl.errors == 0, "{fl:?}");
+    }
+    let sw = f.switch(t.watch[0].0).stats();
+    assert!(sw.pause_sent > 0, "{sw:?}");
+    assert_eq!(sw.drop_headroom + sw.drop_buffer, 0, "{sw:?}");
+    let retrans: u64 = (0..9).map(|h| f.host(h).dev.counters().retransmitted_pkts).sum();
+    assert_eq!(retrans, 0, "lossless");
+}
+
+#[test]
+fn incast_with_dcqcn_marks_notifies_and_slows_down() {
+    let cc = CongestionConfig {
+        ecn: true,
+        np: Some(NpConfig::default()),
+        rp: Some(Algorithm::Dcqcn(Params::connectx(G100))),
+    };
+    let host = HostConfig { cc, ..HostConfig::default() };
+    let t = topology::incast(3, 8, host, SwitchConfig::default(), link());
+    let mut f = t.fabric;
+    for s in 0..8 {
+        f.add_flow(FlowSpec { src: s, dst: 8, bytes: None, start: Duration::ZERO, msg: 64 << 10, window: 16 }).unwrap();
+    }
+    f.sample_every(us(50), &t.watch);
+    f.run_until(Instant::from_nanos(2_000_000));
+    let sw = f.switch(t.watch[0].0).stats();
+    assert!(sw.ecn_marked > 0, "{sw:?}");
+    let cnps = f.host(8).dev.counters().np_cnp_sent;
+    let handled: u64 = (0..8).map(|h| f.host(h).dev.counters().rp_cnp_handled).sum();
+    assert!(cnps > 0 && handled > 0 && handled <= cnps, "{cnps} {handled}");
+    // The start's burst fills the queue past Kmax and PFC pauses once; DCQCN then cuts every
+    // flow, and from 0.5 ms on the queue stays below Kmax and no pause is sent.
+    let s = f.samples();
+    let at = |t: u64| s.iter().position(|x| x.t >= Instant::from_nanos(t)).unwrap();
+    let kmax = SwitchConfig::default().red.unwrap().kmax;
+    assert!(s[0].ports[0].0 > kmax, "the burst: {:?}", s[0]);
+    assert!(s[at(500_000)..].iter().all(|x| x.ports[0].0 < kmax), "{s:?}");
+    assert_eq!(s[at(500_000)].pauses, s.last().unwrap().pauses, "no pauses after convergence");
+    // Every flow was cut and came back (the fast-recovery steps of ConnectX's 300 µs timer).
+    assert!(s[at(200_000)].flows.iter().all(|x| x.0 < 1.0), "{:?}", s[at(200_000)]);
+    assert!(s.last().unwrap().flows.iter().all(|x| x.0 > 90.0), "{:?}", s.last());
+}
+    f.sample_every(us(50), &t.watch);
+    f.run_until(Instant::from_nanos(2_000_000));
+    for s in f.samples() { eprintln!("{:?} q {:?} rates {:?}", s.t, s.ports, s.flows.iter().map(|x| (x.0 * 100.0).round() / 100.0).collect::<Vec<_>>()); }
+    let sw = f.switch(t.watch[0].0).stats();
+    assert!(sw.ecn_marked > 0, "{sw:?}");
+    let cnps = f.host(8).dev.counters().np_cnp_sent;
+    let handled: u64 = (0..8).map(|h| f.host(h).dev.counters().rp_cnp_handled).sum();
+    assert!(cnps > 0 && handled > 0 && handled <= cnps, "{cnps} {handled}");
+    eprintln!("events {} ecn {} cnps {cnps} pauses {}", f.events_handled, sw.ecn_marked, sw.pause_sent);
+    let done: Vec<u64> = f.flows().iter().map(|fl| fl.bytes_done()).collect();
+    eprintln!("flows: {done:?}");
+    for h in 0..9 { eprintln!("host {h}: {:?}", f.host(h).dev.counters().iter().filter(|(_, v)| *v != 0).collect::<Vec<_>>()); }
+}
