@@ -868,6 +868,40 @@ impl Fabric {
         }
     }
 
+    /// Whether `node` is a host.
+    pub fn is_host(&self, node: u32) -> bool {
+        matches!(self.nodes.get(node as usize), Some(Node::Host(_)))
+    }
+
+    /// The switches' counters, summed.
+    pub fn switch_totals(&self) -> crate::switch::SwitchStats {
+        let mut t = crate::switch::SwitchStats::default();
+        for n in &self.nodes {
+            if let Node::Switch(n) = n {
+                let s = n.sw.stats();
+                t.forwarded += s.forwarded;
+                t.drop_buffer += s.drop_buffer;
+                t.drop_headroom += s.drop_headroom;
+                t.drop_no_route += s.drop_no_route;
+                t.drop_watchdog += s.drop_watchdog;
+                t.ecn_marked += s.ecn_marked;
+                t.pause_sent += s.pause_sent;
+                t.resume_sent += s.resume_sent;
+                t.watchdog_fired += s.watchdog_fired;
+            }
+        }
+        t
+    }
+
+    /// The engines' counters, summed over the hosts.
+    pub fn host_totals(&mut self) -> Counters {
+        let mut t = Counters::default();
+        for h in 0..self.hosts.len() {
+            t.add(self.host(h).dev.counters());
+        }
+        t
+    }
+
     /// Every switch's node id.
     pub fn switches(&self) -> Vec<u32> {
         (0..self.nodes.len() as u32).filter(|&n| matches!(self.nodes[n as usize], Node::Switch(_))).collect()

@@ -84,14 +84,15 @@ pub struct SwitchConfig {
 }
 
 impl Default for SwitchConfig {
-    /// 12 MiB shared (a ToR's), HPCC's 100 Gbit/s ECN thresholds (Kmin 400 KB, Kmax 1600 KB,
-    /// Pmax 0.2, protocol.md §4), PFC on priority 3 with XOFF at 256 KiB and headroom for
-    /// 100 Gbit/s and a few µs of cable, no watchdog.
+    /// 12 MiB shared (a ToR's); ECN marking from 100 KB to 400 KB of queue with Pmax 0.2 (HPCC's
+    /// 25 Gbit/s thresholds, protocol.md §4, so that marking acts well before PFC); PFC on
+    /// priority 3 with XOFF at 512 KiB held per ingress port, XON at 384 KiB and 256 KiB of
+    /// headroom (at 100 Gbit/s, 20 µs of data in flight after XOFF); no watchdog.
     fn default() -> Self {
         SwitchConfig {
             buffer: 12 << 20,
-            red: Some(Red { kmin: 400_000, kmax: 1_600_000, pmax: 0.2 }),
-            pfc: Some(PfcConfig { priorities: 1 << 3, xoff: 256 << 10, xon: 128 << 10, headroom: 128 << 10 }),
+            red: Some(Red { kmin: 100_000, kmax: 400_000, pmax: 0.2 }),
+            pfc: Some(PfcConfig { priorities: 1 << 3, xoff: 512 << 10, xon: 384 << 10, headroom: 256 << 10 }),
             watchdog: None,
         }
     }

@@ -12,6 +12,20 @@ pub struct Topology {
     pub fabric: Fabric,
     /// The switch ports whose egress queue is the bottleneck (or the ones to watch).
     pub watch: Vec<(u32, u16)>,
+    /// Each host's switch and that switch's port to it.
+    pub host_ports: Vec<(u32, u16)>,
+    /// Each switch's name ("leaf0", "spine1", "ring2", ...), by node id.
+    pub names: Vec<(u32, String)>,
+}
+
+impl Topology {
+    /// The name of node `n` ("host7" for a host).
+    pub fn name(&self, n: u32) -> String {
+        match self.names.iter().find(|(id, _)| *id == n) {
+            Some((_, s)) => s.clone(),
+            None => "host".into(),
+        }
+    }
 }
 
 /// `n` senders on one switch, `n` receivers on another, one link between the switches (the
@@ -27,6 +41,7 @@ pub fn dumbbell(
     let mut f = Fabric::new(seed);
     let (l, r) = (f.add_switch(sw, n + 1), f.add_switch(sw, n + 1));
     let (lb, rb) = f.connect(l, r, bottleneck);
+    let mut host_ports = Vec::new();
     for side in [l, r] {
         for _ in 0..n {
             let h = f.add_host(host);
@@ -34,9 +49,11 @@ pub fn dumbbell(
             f.route(side, host_mac(h as u32), vec![sp]);
             let other = if side == l { r } else { l };
             f.route(other, host_mac(h as u32), vec![if other == l { lb } else { rb }]);
+            host_ports.push((side, sp));
         }
     }
-    Topology { fabric: f, watch: vec![(l, lb), (r, rb)] }
+    let names = vec![(l, "left".into()), (r, "right".into())];
+    Topology { fabric: f, watch: vec![(l, lb), (r, rb)], host_ports, names }
 }
 
 /// `n` senders and one receiver on one switch: hosts 0..n send, host `n` receives; the
@@ -45,15 +62,17 @@ pub fn incast(seed: u64, n: usize, host: HostConfig, sw: SwitchConfig, link: Lin
     let mut f = Fabric::new(seed);
     let s = f.add_switch(sw, n + 1);
     let mut watch = Vec::new();
+    let mut host_ports = Vec::new();
     for i in 0..=n {
         let h = f.add_host(host);
         let (_, sp) = f.connect(f.host_node(h), s, link);
         f.route(s, host_mac(h as u32), vec![sp]);
+        host_ports.push((s, sp));
         if i == n {
             watch.push((s, sp));
         }
     }
-    Topology { fabric: f, watch }
+    Topology { fabric: f, watch, host_ports, names: vec![(s, "switch".into())] }
 }
 
 /// The shape of a leaf-spine fabric.
@@ -92,10 +111,12 @@ pub fn leaf_spine(
             down[si][li] = b;
         }
     }
+    let mut host_ports = Vec::new();
     for (li, &l) in leaf.iter().enumerate() {
         for _ in 0..per_leaf {
             let h = f.add_host(host);
             let (_, p) = f.connect(f.host_node(h), l, edge);
+            host_ports.push((l, p));
             let mac = host_mac(h as u32);
             f.route(l, mac, vec![p]);
             for (lj, &other) in leaf.iter().enumerate() {
@@ -109,7 +130,9 @@ pub fn leaf_spine(
         }
     }
     let watch = spine.iter().enumerate().flat_map(|(si, &s)| down[si].iter().map(move |&p| (s, p))).collect();
-    Topology { fabric: f, watch }
+    let mut names: Vec<(u32, String)> = leaf.iter().enumerate().map(|(i, &n)| (n, format!("leaf{i}"))).collect();
+    names.extend(spine.iter().enumerate().map(|(i, &n)| (n, format!("spine{i}"))));
+    Topology { fabric: f, watch, host_ports, names }
 }
 
 /// `k` switches in a ring, one host on each; every switch forwards clockwise to hosts that
@@ -124,14 +147,17 @@ pub fn ring(seed: u64, k: usize, host: HostConfig, sw: SwitchConfig, link: LinkS
         let (a, _) = f.connect(sws[i], sws[(i + 1) % k], link);
         cw[i] = a;
     }
+    let mut host_ports = Vec::new();
     for i in 0..k {
         let h = f.add_host(host);
         let (_, p) = f.connect(f.host_node(h), sws[i], link);
+        host_ports.push((sws[i], p));
         let mac = host_mac(h as u32);
         for j in 0..k {
             f.route(sws[j], mac, vec![if j == i { p } else { cw[j] }]);
         }
     }
     let watch = (0..k).map(|i| (sws[i], cw[i])).collect();
-    Topology { fabric: f, watch }
+    let names = sws.iter().enumerate().map(|(i, &n)| (n, format!("ring{i}"))).collect();
+    Topology { fabric: f, watch, host_ports, names }
 }

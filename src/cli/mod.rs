@@ -11,6 +11,7 @@ mod perf_cmd;
 mod pingpong_cmd;
 mod sim_cmd;
 mod sim_dcqcn;
+mod sim_scenario;
 mod tools;
 
 /// uroce: a userspace RoCEv2 stack.
@@ -69,6 +70,19 @@ enum SimCommand {
     /// `t_us,event,rc_gbps,rt_gbps,alpha`, one row per RP event (cnp, alpha_timer, rate_timer,
     /// byte_counter, decrease).
     Dcqcn(sim_dcqcn::DcqcnArgs),
+    /// Flows joining a bottleneck at staggered times: Jain's index after each join, time to
+    /// converge (datacenter simulator, the real engine on every host).
+    Fairness(sim_scenario::ScenarioArgs),
+    /// N:1 incast through leaf-spine, DCQCN off and on: queue, PFC pauses and where they go.
+    Incast(sim_scenario::ScenarioArgs),
+    /// Go-Back-N goodput against random loss, beside the model 1/(1 + p·W).
+    Loss(sim_scenario::ScenarioArgs),
+    /// A ring's cyclic buffer dependency under PFC: the deadlock, and the watchdog breaking it.
+    Deadlock(sim_scenario::ScenarioArgs),
+    /// A receiver stops draining: the pause storm, and the watchdog containing it.
+    Storm(sim_scenario::ScenarioArgs),
+    /// Leaf-spine with permutation or all-to-all traffic, DCQCN off and on.
+    Fabric(sim_scenario::ScenarioArgs),
 }
 
 /// Parse arguments and run.
@@ -79,6 +93,12 @@ pub fn run() -> Result<std::process::ExitCode> {
         Command::GenPcap { file } => pcap_cmd::generate(&file),
         Command::Sim(SimCommand::Soak(a)) => sim_cmd::soak(&a),
         Command::Sim(SimCommand::Dcqcn(a)) => sim_dcqcn::run(&a),
+        Command::Sim(SimCommand::Fairness(a)) => sim_scenario::run("fairness", &a),
+        Command::Sim(SimCommand::Incast(a)) => sim_scenario::run("incast", &a),
+        Command::Sim(SimCommand::Loss(a)) => sim_scenario::run("loss", &a),
+        Command::Sim(SimCommand::Deadlock(a)) => sim_scenario::run("deadlock", &a),
+        Command::Sim(SimCommand::Storm(a)) => sim_scenario::run("storm", &a),
+        Command::Sim(SimCommand::Fabric(a)) => sim_scenario::run("fabric", &a),
         Command::Tool(t) => tools::run(t),
         Command::Perf(a) => perf_cmd::run(&a),
         Command::Demo(a) => demo_cmd::run(&a),

@@ -177,8 +177,9 @@ fn a_cnp_slows_the_writer_to_dcqcns_rate() {
     assert!(c0.rp_cnp_handled >= 3, "{c0:?}");
     assert_eq!(c0.rp_cnp_handled, net.dev(1).counters().np_cnp_sent);
     // Replay DCQCN along the CNPs' arrivals and node 0's requests: each request leaves no
-    // sooner after the previous one than that one's bits at the rate then (the pacer's rule),
-    // and exactly then while the QP is backlogged.
+    // sooner after the previous one than that one's bits at the rate in force when it leaves
+    // (the pacer's rule: a new rate respaces the packet in flight), and exactly then while the
+    // QP is backlogged.
     let log = log.borrow();
     let cnps: Vec<Instant> = arrivals(&log, 1).into_iter().filter(|(_, f)| is_cnp(f)).map(|(t, _)| t).collect();
     let reqs: Vec<(Instant, usize)> = log
@@ -189,7 +190,7 @@ fn a_cnp_slows_the_writer_to_dcqcns_rate() {
     let mut model = Dcqcn::new(p);
     let mut next_cnp = cnps.iter().peekable();
     let (mut exact, mut paced) = (0, 0);
-    let mut prev: Option<(Instant, usize, Option<f64>)> = None;
+    let mut prev: Option<(Instant, usize)> = None;
     for &(t, len) in &reqs {
         loop {
             let c = next_cnp.peek().map(|&&c| c).filter(|&c| c <= t);
@@ -203,7 +204,7 @@ fn a_cnp_slows_the_writer_to_dcqcns_rate() {
                 _ => break,
             }
         }
-        if let Some((t0, len0, Some(rate))) = prev {
+        if let (Some((t0, len0)), Some(rate)) = (prev, model.rate()) {
             let gap = (t - t0).as_nanos() as f64;
             let want = len0 as f64 * 8.0 * 1e9 / rate.round();
             assert!(gap >= want - 1.0, "gap {gap} ns < {want} ns at {rate} bit/s (at {t:?})");
@@ -212,7 +213,7 @@ fn a_cnp_slows_the_writer_to_dcqcns_rate() {
                 exact += 1;
             }
         }
-        prev = Some((t, len, model.rate()));
+        prev = Some((t, len));
         model.on_sent(t, len, &mut |_, _, _| {});
     }
     assert!(paced > 500 && exact > paced / 2, "{exact} of {paced} paced gaps exact");

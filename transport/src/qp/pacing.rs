@@ -22,6 +22,9 @@ pub(crate) struct Pacer {
     next: Instant,
     /// Remainder (in bit·ns units, below `rate`) of the spacing divisions so far.
     carry: u64,
+    /// When the last packet's spacing started, and its bits: a new rate respaces it.
+    last_start: Instant,
+    last_bits: u64,
 }
 
 impl Pacer {
@@ -38,6 +41,10 @@ impl Pacer {
         self.update();
     }
 
+    /// A new rate also respaces the packet already sent: the next leaves `bits / new rate`
+    /// after the last one's start, as a token bucket refilled at the new rate would let it
+    /// (so a QP cut to a crawl and then raised by congestion control does not sit out the
+    /// crawl's gap).
     fn update(&mut self) {
         let r = match (self.limit, self.cc) {
             (0, c) => c,
@@ -47,6 +54,10 @@ impl Pacer {
         if r != self.rate {
             self.rate = r;
             self.carry = 0;
+            self.next = match r {
+                0 => self.last_start,
+                r => self.last_start + core::time::Duration::from_nanos(spacing(self.last_bits, r).0),
+            };
         }
     }
 
@@ -73,11 +84,19 @@ impl Pacer {
             return;
         }
         let start = self.next.max(now);
-        let num = (bytes as u128) * 8 * 1_000_000_000 + self.carry as u128;
+        let bits = bytes as u64 * 8;
+        let num = bits as u128 * 1_000_000_000 + self.carry as u128;
         let ns = num / self.rate as u128;
         self.carry = (num % self.rate as u128) as u64;
         self.next = start + core::time::Duration::from_nanos(ns.min(u64::MAX as u128) as u64);
+        (self.last_start, self.last_bits) = (start, bits);
     }
+}
+
+/// Nanoseconds `bits` take at `rate` bits/s, and the remainder.
+fn spacing(bits: u64, rate: u64) -> (u64, u64) {
+    let num = bits as u128 * 1_000_000_000;
+    ((num / rate as u128).min(u64::MAX as u128) as u64, (num % rate as u128) as u64)
 }
 
 #[cfg(test)]
@@ -109,6 +128,18 @@ mod tests {
         assert_eq!(p.check(Instant::from_nanos(50_000)), Err(Instant::from_nanos(51_000)));
         p.set_limit(None);
         assert_eq!(p.check(Instant::from_nanos(50_000)), Ok(()));
+    }
+
+    #[test]
+    fn a_new_rate_respaces_the_packet_in_flight() {
+        let mut p = Pacer::default();
+        p.set_cc_rate(Some(1_000_000));
+        p.on_sent(Instant::from_nanos(1000), 125);
+        assert_eq!(p.check(Instant::from_nanos(1000)), Err(Instant::from_nanos(1_001_000)), "1000 bits at 1 Mbit/s");
+        p.set_cc_rate(Some(1_000_000_000));
+        assert_eq!(p.check(Instant::from_nanos(1000)), Err(Instant::from_nanos(2000)), "at 1 Gbit/s: 1 µs");
+        p.set_cc_rate(None);
+        assert_eq!(p.check(Instant::from_nanos(1000)), Ok(()));
     }
 
     #[test]

@@ -1,0 +1,8 @@
+//! `deadlock`: not written yet.
+
+use super::*;
+
+/// Run it.
+pub fn run(_s: &Settings) -> Result<Report, SettingError> {
+    Err(SettingError::UnknownScenario("deadlock (not implemented yet)".into()))
+}

@@ -1,0 +1,8 @@
+//! `fabric`: not written yet.
+
+use super::*;
+
+/// Run it.
+pub fn run(_s: &Settings) -> Result<Report, SettingError> {
+    Err(SettingError::UnknownScenario("fabric (not implemented yet)".into()))
+}

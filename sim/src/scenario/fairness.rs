@@ -1,0 +1,8 @@
+//! `fairness`: not written yet.
+
+use super::*;
+
+/// Run it.
+pub fn run(_s: &Settings) -> Result<Report, SettingError> {
+    Err(SettingError::UnknownScenario("fairness (not implemented yet)".into()))
+}

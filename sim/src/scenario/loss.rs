@@ -1,0 +1,8 @@
+//! `loss`: not written yet.
+
+use super::*;
+
+/// Run it.
+pub fn run(_s: &Settings) -> Result<Report, SettingError> {
+    Err(SettingError::UnknownScenario("loss (not implemented yet)".into()))
+}
