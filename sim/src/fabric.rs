@@ -155,6 +155,8 @@ pub struct Host {
     pub rx_dropped: u64,
     /// Frames its engine refused (bad ICRC after corruption, ...).
     pub rx_refused: u64,
+    /// The flows it sends.
+    sending: Vec<u32>,
 }
 
 enum Node {
@@ -172,14 +174,34 @@ struct SwitchNode {
 
 #[derive(Debug)]
 enum Ev {
-    Arrive { port: u32, frame: Vec<u8> },
-    TxDone { port: u32 },
-    Wake { port: u32 },
-    Timer { node: u32 },
-    Refresh { port: u32, prio: u8 },
-    Watchdog { port: u32, prio: u8 },
-    FlowStart { flow: u32 },
-    Stall { node: u32 },
+    /// A frame (in the fabric's `in_flight` slab) reaches `port`.
+    Arrive {
+        port: u32,
+        slot: u32,
+    },
+    TxDone {
+        port: u32,
+    },
+    Wake {
+        port: u32,
+    },
+    Timer {
+        node: u32,
+    },
+    Refresh {
+        port: u32,
+        prio: u8,
+    },
+    Watchdog {
+        port: u32,
+        prio: u8,
+    },
+    FlowStart {
+        flow: u32,
+    },
+    Stall {
+        node: u32,
+    },
     Sample,
 }
 
@@ -211,6 +233,12 @@ pub struct Fabric {
     flows: Vec<Flow>,
     rng: ChaCha8Rng,
     buf: Vec<u8>,
+    /// Frames on the wire, by slot (an event carries the slot, not the frame: smaller heap
+    /// entries), and the free slots.
+    in_flight: Vec<Vec<u8>>,
+    free_slots: Vec<u32>,
+    /// Frame buffers the hosts are done with, for the next frames they send.
+    spare: Vec<Vec<u8>>,
     act: Vec<Action>,
     /// Events handled.
     pub events_handled: u64,
@@ -264,6 +292,9 @@ impl Fabric {
             flows: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             buf: vec![0u8; 9216 + 128],
+            in_flight: Vec::new(),
+            free_slots: Vec::new(),
+            spare: Vec::new(),
             act: Vec::new(),
             events_handled: 0,
             sample_every: None,
@@ -276,6 +307,11 @@ impl Fabric {
     /// The simulated time.
     pub fn now(&self) -> Instant {
         self.now
+    }
+
+    /// Events waiting (live and stale timers).
+    pub fn pending_events(&self) -> usize {
+        self.events.len()
     }
 
     /// Add a host; returns its host index.
@@ -299,6 +335,7 @@ impl Fabric {
             stalled: false,
             rx_dropped: 0,
             rx_refused: 0,
+            sending: Vec::new(),
         };
         self.nodes.push(Node::Host(Box::new(host)));
         self.hosts.push(self.nodes.len() as u32 - 1);
@@ -435,6 +472,7 @@ impl Fabric {
             &RcRemote { qpn: sq, psn: ps, gid: gid(si), mac: host_mac(si) },
         )?;
         let id = self.flows.len();
+        self.host(spec.src).sending.push(id as u32);
         self.flows.push(Flow {
             spec,
             src_qpn: sq,
@@ -514,7 +552,11 @@ impl Fabric {
 
     fn handle(&mut self, ev: Ev) {
         match ev {
-            Ev::Arrive { port, frame } => self.arrive(port, frame),
+            Ev::Arrive { port, slot } => {
+                let frame = core::mem::take(&mut self.in_flight[slot as usize]);
+                self.free_slots.push(slot);
+                self.arrive(port, frame)
+            }
             Ev::TxDone { port } => {
                 self.ports[port as usize].busy = false;
                 self.try_send(port);
@@ -622,6 +664,9 @@ impl Fabric {
                 if h.dev.handle_frame(self.now, &frame).is_err() {
                     h.rx_refused += 1;
                 }
+                if self.spare.len() < 4096 {
+                    self.spare.push(frame);
+                }
                 self.pump(node);
             }
             Node::Switch(n) => {
@@ -642,6 +687,12 @@ impl Fabric {
     /// ignore them); also keeps the pause bookkeeping.
     fn paused_mask(&mut self, port: u32) -> u8 {
         let now = self.now;
+        {
+            let pt = &self.ports[port as usize];
+            if pt.paused_until.iter().all(|&u| u <= now) && pt.paused_since.iter().all(Option::is_none) {
+                return 0;
+            }
+        }
         let (node, local) = (self.ports[port as usize].node, self.ports[port as usize].local);
         let mut mask = 0u8;
         for p in 0..8usize {
@@ -692,7 +743,17 @@ impl Fabric {
         let peer = pt.peer;
         self.schedule(now + ser, Ev::TxDone { port });
         if !lost {
-            self.schedule(now + ser + link.delay, Ev::Arrive { port: peer, frame });
+            let slot = match self.free_slots.pop() {
+                Some(i) => {
+                    self.in_flight[i as usize] = frame;
+                    i
+                }
+                None => {
+                    self.in_flight.push(frame);
+                    self.in_flight.len() as u32 - 1
+                }
+            };
+            self.schedule(now + ser + link.delay, Ev::Arrive { port: peer, slot });
         }
     }
 
@@ -710,7 +771,9 @@ impl Fabric {
                 let mut out = None;
                 while h.held.len() < 64 {
                     let Some(n) = h.dev.poll_transmit(now, &mut self.buf) else { break };
-                    let f = self.buf[..n].to_vec();
+                    let mut f = self.spare.pop().unwrap_or_default();
+                    f.clear();
+                    f.extend_from_slice(&self.buf[..n]);
                     if paused & (1 << pfc::priority(&f)) == 0 {
                         out = Some(f);
                         break;
@@ -767,7 +830,7 @@ impl Fabric {
     fn pump(&mut self, node: u32) {
         let now = self.now;
         let Node::Host(h) = &mut self.nodes[node as usize] else { return };
-        let mut wc = [WorkCompletion::default(); 64];
+        let mut wc = [WorkCompletion::default(); 8];
         loop {
             let n = h.dev.poll_cq(h.cq, &mut wc).unwrap_or(0);
             for w in &wc[..n] {
@@ -786,9 +849,10 @@ impl Fabric {
             }
         }
         // Post what the flows of this host may.
-        let me = self.hosts.iter().position(|&x| x == node);
-        for (i, f) in self.flows.iter_mut().enumerate() {
-            if Some(f.spec.src) != me || now < Instant::ZERO + f.spec.start {
+        for &i in &h.sending {
+            let i = i as usize;
+            let f = &mut self.flows[i];
+            if now < Instant::ZERO + f.spec.start {
                 continue;
             }
             let msgs = f.spec.bytes.map_or(u64::MAX, |b| b.div_ceil(f.spec.msg as u64));
