@@ -29,7 +29,7 @@ pub fn run(s: &Settings) -> Result<Report, SettingError> {
     })?;
     let mut t = Table::new(
         &format!("loss: Go-Back-N, one flow, random loss on the bottleneck both ways, {until} µs, local ACK timeout 2^{timeout} · 4.096 µs"),
-        &["rate_gbps", "rtt_us", "loss", "w_pkts", "goodput_gbps", "lossless_gbps", "model_gbps", "measured/model", "retransmits", "timeouts"],
+        &["rate_gbps", "rtt_us", "loss", "w_pkts", "goodput_gbps", "lossless_gbps", "model_gbps", "measured/model", "retransmits", "timeouts", "longest_stall_us"],
     );
     for &rate in &rates {
         for &rtt in &rtts {
@@ -45,6 +45,7 @@ pub fn run(s: &Settings) -> Result<Report, SettingError> {
                 let f = &mut topo.fabric;
                 f.add_flow(FlowSpec { src: 0, dst: 1, bytes: None, start: Duration::ZERO, msg, window })
                     .expect("a flow");
+                f.sample_every(Duration::from_micros(10), &[]);
                 // Warm up for a tenth, measure the rest.
                 let warm = Instant::from_nanos(until * 100);
                 f.run_until(warm);
@@ -53,6 +54,14 @@ pub fn run(s: &Settings) -> Result<Report, SettingError> {
                 let secs = (until as f64 * 0.9) / 1e6;
                 let good = (f.flows()[0].bytes_done() - b0) as f64 * 8.0 / secs / 1e9;
                 let c = f.host_totals();
+                // The longest run of 10 µs samples with no message completed (after the warm-up):
+                // a lost NAK or tail waits for the local ACK timeout.
+                let mut run = 0u64;
+                let mut longest = 0u64;
+                for x in f.samples().iter().filter(|x| x.t >= warm) {
+                    run = if x.flows[0].1 == 0.0 { run + 10 } else { 0 };
+                    longest = longest.max(run);
+                }
                 let pkt_bits = (mtu.bytes() as f64 + 66.0) * 8.0;
                 let w = (rate * 1e9 * rtt * 1e-6 / pkt_bits).clamp(1.0, 128.0);
                 let base = *lossless.get_or_insert(good);
@@ -68,6 +77,7 @@ pub fn run(s: &Settings) -> Result<Report, SettingError> {
                     if model > 0.0 { f3(good / model) } else { "-".into() },
                     c.retransmitted_pkts.to_string(),
                     c.local_ack_timeout_err.to_string(),
+                    longest.to_string(),
                 ]);
             }
         }
