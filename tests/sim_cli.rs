@@ -86,3 +86,28 @@ t_us,event,rc_gbps,rt_gbps,alpha
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown DCQCN knob `rpg_fast`"));
 }
+
+/// `uroce sim SCENARIO --out DIR`: the summary on stdout and in DIR, with the CSV series and
+/// the SVG plots; a bad setting is an error naming the known ones.
+#[test]
+fn a_scenario_writes_its_summary_series_and_plots() {
+    let dir = std::env::temp_dir().join(format!("uroce-sim-incast-{}", std::process::id()));
+    let out = uroce()
+        .args(["sim", "incast", "--set", "n=4", "--set", "until_us=400", "--out", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("incast: N:1 at 100 Gbit/s"), "{text}");
+    assert_eq!(std::fs::read_to_string(dir.join("summary.txt")).unwrap(), text);
+    for f in ["incast.csv", "incast_n4_off.csv", "incast_n4_paper.csv", "incast_queue.svg", "incast_rates.svg"] {
+        let body = std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(body.len() > 100, "{f}");
+    }
+    let csv = std::fs::read_to_string(dir.join("incast_n4_paper.csv")).unwrap();
+    assert!(csv.starts_with("t_us,q0_kb,paused0,cnps,pauses,rate0_gbps,goodput0_gbps"), "{}", &csv[..80]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let out = uroce().args(["sim", "deadlock", "--set", "ring=3"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown setting `ring` (known: k, qps"));
+}
