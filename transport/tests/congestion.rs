@@ -254,28 +254,9 @@ fn for_a_read_the_requester_is_the_np_and_the_responder_slows() {
     assert!(resp.windows(2).filter(|w| (w[1] - w[0]).as_nanos() as u64 > serial * 3 / 2).count() > 100);
 }
 
-/// A CNP built by hand from `src` to QP `dest_qp` of node 0.
+/// A CNP from `src` (node 1's MAC) to QP `dest_qp` of node 0.
 fn cnp_frame(src: std::net::Ipv4Addr, dest_qp: u32) -> Vec<u8> {
-    let f = FrameRepr {
-        eth: EthernetRepr { src_addr: mac(2), dst_addr: mac(1), vlan: None, ethertype: EtherType::IPV4 },
-        ip: IpRepr::V4(Ipv4Repr {
-            src_addr: src,
-            dst_addr: ipv4(1),
-            dscp: 48,
-            ecn: Ecn::Ect0,
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-            protocol: ipv4::PROTOCOL_UDP,
-            payload_len: 0,
-        }),
-        udp: UdpRepr { src_port: 0, dst_port: ROCE_V2_PORT },
-        roce: uroce_wire::cnp::cnp(Qpn::new(dest_qp)),
-    };
-    let mut buf = vec![0u8; 128];
-    let n = f.emit(&mut buf, UdpChecksum::Zero, |_| {}).unwrap();
-    buf.truncate(n);
-    buf
+    uroce_transport::sim::cnp_frame((mac(2), src), (mac(1), ipv4(1)), dest_qp)
 }
 
 #[test]

@@ -91,30 +91,12 @@ impl BackToBack {
     /// Hand A a CNP from B for A's QP (what B's notification point would send), at the
     /// current time.
     pub fn cnp_to_a(&mut self) -> Result<(), crate::RxDrop> {
-        use uroce_wire::*;
         let (ca, cb) = (self.a.config(), self.b.config());
         let (IpAddr::V4(src), IpAddr::V4(dst)) = (cb.gids[1].to_ip(), ca.gids[1].to_ip()) else {
             return Err(crate::RxDrop::WrongDestination);
         };
-        let ip = IpRepr::V4(Ipv4Repr {
-            src_addr: src,
-            dst_addr: dst,
-            dscp: cnp::CNP_DSCP,
-            ecn: Ecn::Ect0,
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-            protocol: ipv4::PROTOCOL_UDP,
-            payload_len: 0,
-        });
-        let frame = FrameRepr {
-            eth: EthernetRepr { src_addr: cb.mac, dst_addr: ca.mac, vlan: None, ethertype: EtherType::IPV4 },
-            ip,
-            udp: UdpRepr { src_port: 0, dst_port: ROCE_V2_PORT },
-            roce: cnp::cnp(Qpn::new(self.qa.qpn)),
-        };
-        let n = frame.emit(&mut self.buf, UdpChecksum::Zero, |_| {}).map_err(crate::RxDrop::Malformed)?;
-        self.a.handle_frame(self.now, &self.buf[..n])
+        let f = super::cnp_frame((cb.mac, src), (ca.mac, dst), self.qa.qpn);
+        self.a.handle_frame(self.now, &f)
     }
 
     /// Run `msgs` messages of `size` bytes with `op` (atomics: 8 bytes, FETCH_ADD 1 /

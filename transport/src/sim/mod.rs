@@ -298,6 +298,38 @@ impl Network {
     }
 }
 
+/// A CNP as ConnectX sends one (`uroce_wire::cnp`: DSCP 48, ECT(0), TTL 64, DF, source port
+/// 0) from `src` to QP `dest_qp` at `dst`, IPv4: what a peer's notification point would send,
+/// for tests and benchmarks that hand one to a device.
+pub fn cnp_frame(
+    (src_mac, src): (EthernetAddress, std::net::Ipv4Addr),
+    (dst_mac, dst): (EthernetAddress, std::net::Ipv4Addr),
+    dest_qp: u32,
+) -> Vec<u8> {
+    use uroce_wire::*;
+    let ip = IpRepr::V4(Ipv4Repr {
+        src_addr: src,
+        dst_addr: dst,
+        dscp: cnp::CNP_DSCP,
+        ecn: Ecn::Ect0,
+        ident: 0,
+        dont_frag: true,
+        ttl: 64,
+        protocol: ipv4::PROTOCOL_UDP,
+        payload_len: 0,
+    });
+    let frame = FrameRepr {
+        eth: EthernetRepr { src_addr: src_mac, dst_addr: dst_mac, vlan: None, ethertype: EtherType::IPV4 },
+        ip,
+        udp: UdpRepr { src_port: 0, dst_port: ROCE_V2_PORT },
+        roce: cnp::cnp(Qpn::new(dest_qp)),
+    };
+    let mut buf = vec![0u8; 128];
+    let n = frame.emit(&mut buf, UdpChecksum::Zero, |_| {}).expect("a CNP fits 128 bytes");
+    buf.truncate(n);
+    buf
+}
+
 /// Mark an ECN-capable IPv4/IPv6 frame CE in place (fixing the IPv4 header checksum), as a
 /// switch does. Returns false if the frame is not ECN-capable.
 pub fn mark_ce(frame: &mut [u8]) -> bool {
