@@ -620,7 +620,7 @@ impl Fabric {
                 }
                 Action::Pause { port, prio, quanta } => {
                     let p = self.port_id(node, port);
-                    let f = Pfc::one(prio, quanta).emit(self.ports[p as usize].mac);
+                    let f = pfc::frame(&Pfc::one(prio, quanta), self.ports[p as usize].mac);
                     self.ports[p as usize].ctrl.push_back(f);
                     if quanta > 0 {
                         let half = pfc::pause_ns(quanta, self.ports[p as usize].link.rate_bps) / 2;
@@ -635,7 +635,7 @@ impl Fabric {
     /// A frame reached `port`.
     fn arrive(&mut self, port: u32, frame: Vec<u8>) {
         let node = self.ports[port as usize].node;
-        if let Some(pfc) = Pfc::parse(&frame) {
+        if let Some(pfc) = pfc::parse(&frame) {
             let rate = self.ports[port as usize].link.rate_bps;
             let now = self.now;
             let pt = &mut self.ports[port as usize];

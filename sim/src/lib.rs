@@ -10,7 +10,7 @@
 //! | [`fabric`] | hosts running the engine, switches, links, flows of RDMA WRITEs, the event loop, samples |
 //! | [`scenario`] | fairness, incast, loss, deadlock, storm, fabric: summary tables, CSV, SVG plots |
 //! | [`plot`] | SVG line charts |
-//! | [`pfc`] | 802.1Qbb PFC frames, and which priority a frame travels in |
+//! | [`pfc`] | 802.1Qbb PFC frames (`uroce_wire::pfc`) on the simulated wire |
 //! | [`topology`] | dumbbell, N:1 incast, leaf-spine, ring |
 //! | [`switch`] | the switch model (buffer, queues, ECN, PFC, watchdog), event-loop free |
 

@@ -23,6 +23,8 @@ pub enum Layer {
     Ieth,
     /// The 16 reserved bytes that follow the BTH of a CNP.
     CnpReserved,
+    /// An 802.3 MAC control frame (PAUSE, 802.1Qbb PFC).
+    MacControl,
     Payload,
     Icrc,
 }
@@ -45,6 +47,7 @@ impl fmt::Display for Layer {
             Layer::ImmDt => "ImmDt",
             Layer::Ieth => "IETH",
             Layer::CnpReserved => "CNP reserved",
+            Layer::MacControl => "MAC control",
             Layer::Payload => "payload",
             Layer::Icrc => "ICRC",
         };

@@ -32,6 +32,7 @@
 //! | [`psn`] | 24-bit PSN/MSN/QPN arithmetic |
 //! | [`packet`] | whole-frame parse ([`parse_frame`], [`parse_ip`]) and emit ([`FrameRepr`]) |
 //! | [`cnp`] | Congestion Notification Packets in the layout ConnectX emits |
+//! | [`pfc`] | 802.1Qbb priority flow control frames, and the priority a frame travels in |
 //! | [`copy`] | bulk copies of received payload into memory regions |
 //! | [`template`] | per-flow header templates: the transmit path's copy-and-patch emit |
 #![cfg_attr(not(feature = "std"), no_std)]
@@ -55,6 +56,7 @@ pub mod ipv4;
 pub mod ipv6;
 pub mod opcode;
 pub mod packet;
+pub mod pfc;
 pub mod pretty;
 pub mod psn;
 pub mod template;
