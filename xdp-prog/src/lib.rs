@@ -16,6 +16,10 @@
 //! QinQ, truncated frames — is `XDP_PASS`. Every packet read is preceded by a bounds check
 //! against `data_end`, which is what the verifier requires.
 //!
+//! MAC control frames (EtherType 0x8808: 802.3x PAUSE and 802.1Qbb PFC) are redirected the
+//! same way (to shard 0's slot when sharded): the kernel ignores them, and the runtime
+//! honours a PFC frame by holding back the priorities it pauses.
+//!
 //! # Shards
 //!
 //! The runtime may run `N` engine shards ([`ProgramConfig::shards`], 1..=[`MAX_SHARDS`],

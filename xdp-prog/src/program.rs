@@ -140,6 +140,8 @@ pub fn assemble(cfg: &ProgramConfig, map_fd: i32) -> Assembled {
     let ipv4 = a.label("ipv4");
     let ipv6 = a.label("ipv6");
     let udp = a.label("udp");
+    let mac_control = a.label("mac_control");
+    let redirect = a.label("redirect");
 
     // r6 = ctx (callee-saved across the helper call), r2 = data, r3 = data_end.
     a.comment("r6 = ctx").mov64_reg(R6, R1);
@@ -164,7 +166,15 @@ pub fn assemble(cfg: &ProgramConfig, map_fd: i32) -> Assembled {
     a.bind(l3);
     a.comment("IPv4").jmp_imm(Cond::Eq, R5, net16(0x0800), ipv4);
     a.comment("IPv6").jmp_imm(Cond::Eq, R5, net16(0x86dd), ipv6);
+    a.comment("MAC control (802.1Qbb PFC)").jmp_imm(Cond::Eq, R5, net16(0x8808), mac_control);
     a.comment("ARP, a second tag (QinQ), anything else").ja(pass);
+
+    // PFC frames go to the socket too: the runtime honours them (the kernel ignores them).
+    a.bind(mac_control);
+    if sharded {
+        a.comment("r4 = shard 0 (a PAUSE is for the port)").mov64_imm(R4, 0);
+    }
+    a.ja(redirect);
 
     // IPv4.
     a.bind(ipv4).mov64_reg(R4, R2);
@@ -223,6 +233,7 @@ pub fn assemble(cfg: &ProgramConfig, map_fd: i32) -> Assembled {
         a.comment("r4 = dest QPN").alu64_reg(Alu::Or, R4, R5);
         a.comment("r4 = shard = dest QPN % shards").alu64_imm(Alu::Mod, R4, cfg.shards as i32);
     }
+    a.bind(redirect);
     a.comment("r1 = &xsks_map").ld_map_fd(R1, map_fd);
     a.comment("r2 = ctx->rx_queue_index").load(Size::W, R2, R6, XDP_MD_RX_QUEUE_INDEX);
     if sharded {
@@ -292,7 +303,8 @@ mod tests {
         let one = assemble(&ProgramConfig::default(), 3);
         for n in [2u32, 3, 4, 7, 64] {
             let p = assemble(&ProgramConfig { shards: n, ..ProgramConfig::default() }, 3);
-            assert_eq!(p.insns.len(), one.insns.len() + 14, "shards {n}");
+            // The BTH read and slot arithmetic (14), and shard 0 for a PAUSE frame (1).
+            assert_eq!(p.insns.len(), one.insns.len() + 15, "shards {n}");
             // ALU64 MOD/MUL by immediate n.
             assert!(p.insns.iter().any(|i| i.code == 0x97 && i.imm == n as i32), "shards {n}: MOD");
             assert!(p.insns.iter().any(|i| i.code == 0x27 && i.imm == n as i32), "shards {n}: MUL");

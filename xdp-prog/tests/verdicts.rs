@@ -192,6 +192,24 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// MAC control frames (802.1Qbb PFC, 802.3x PAUSE) go to the socket, whatever their length
+/// past the Ethernet header: the runtime decodes them.
+#[test]
+fn mac_control_frames_go_to_the_socket() {
+    if !privileged("mac_control_frames_go_to_the_socket") {
+        return;
+    }
+    let probe = probe();
+    let mut pfc = [0u8; 60];
+    uroce_wire::pfc::PfcRepr::one(3, 0xffff).emit(uroce_wire::EthernetAddress([2, 0, 0, 0, 0, 1]), &mut pfc).unwrap();
+    assert_eq!(verdict(&probe, &pfc), XdpAction::Drop, "redirect attempted (probe's fallback)");
+    assert_eq!(verdict(&probe, &pfc[..14]), XdpAction::Drop);
+    assert_eq!(verdict(&production(), &pfc), XdpAction::Pass, "no socket: to the kernel");
+    let mut other = pfc;
+    other[12..14].copy_from_slice(&0x88ccu16.to_be_bytes()); // LLDP
+    assert_eq!(verdict(&probe, &other), XdpAction::Pass);
+}
+
 #[test]
 fn verdicts_on_crafted_frames() {
     if !privileged("verdicts_on_crafted_frames") {
