@@ -284,7 +284,7 @@ fn ecn_cnps_and_dcqcn_on_real_frames() {
     if !prereq("ecn_cnps_and_dcqcn_on_real_frames") {
         return;
     }
-    let net = NetPair::create(&PairConfig { subnet: 104, ..PairConfig::new("pc", 1500) }).unwrap();
+    let net = NetPair::create(&PairConfig { subnet: 106, ..PairConfig::new("pe", 1500) }).unwrap();
     let args = ["write_bw", "-s", "65536", "-n", "2000", "--counters"];
     let mut s_args = vec!["-d", &net.a.ifname, "--ecn", "--min-time-between-cnps", "50"];
     s_args.extend_from_slice(&args);
@@ -310,4 +310,62 @@ fn ecn_cnps_and_dcqcn_on_real_frames() {
     assert!(handled > 0 && handled <= sent, "client handled {handled} of {sent}\n{ce}");
     assert_eq!(engine_counter(&ce, "rp_cnp_ignored"), 0);
     eprintln!("CE-marked {marked}, CNPs sent {sent}, handled {handled}");
+}
+
+/// The value of counter `name` on the `uroce-counters port:` line of `err`.
+fn port_counter(err: &str, name: &str) -> u64 {
+    let line =
+        err.lines().find(|l| l.starts_with("uroce-counters port:")).unwrap_or_else(|| panic!("no port line in\n{err}"));
+    line.split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{name}="))).map_or(0, |v| v.parse().unwrap())
+}
+
+/// 802.1Qbb PFC on the AF_XDP port: while PAUSE frames for priority 3 (RoCE at DSCP 26, `-T
+/// 104`) reach the client's interface, it holds its frames back; when they stop (a final
+/// zero-time PAUSE resumes it) it sends them and the run completes, data intact.
+#[test]
+fn pfc_pause_frames_hold_an_af_xdp_sender() {
+    if !prereq("pfc_pause_frames_hold_an_af_xdp_sender") {
+        return;
+    }
+    let net = NetPair::create(&PairConfig { subnet: 105, ..PairConfig::new("pp", 1500) }).unwrap();
+    let args = ["write_bw", "-s", "65536", "-D", "3", "-T", "104", "--counters"];
+    let mut s_args = vec!["-d", &net.a.ifname];
+    s_args.extend_from_slice(&args);
+    let mut server = common::watch(spawn(&net.a.ns, &s_args));
+    let host = net.a.ip4.to_string();
+    let mut c_args = vec![args[0], &host, "-d", &net.b.ifname];
+    c_args.extend_from_slice(&args[1..]);
+    let client = spawn(&net.b.ns, &c_args);
+    // From A's end of the veth: a PAUSE for priority 3 every millisecond for a second (65535
+    // quanta at veth's 10 Gbit/s last 3.4 ms, so the pause is continuous), then a resume. A
+    // frame that arrives before the client's socket exists goes to its kernel, which ignores it.
+    let (ifname, mac) = (net.a.ifname.clone(), uroce_wire::EthernetAddress([2, 0, 0, 0, 0, 0x55]));
+    let pauser = uroce::netns::spawn_in(&net.a.ns, move || {
+        let fd = common::packet::packet_socket(&ifname);
+        let mut f = [0u8; 60];
+        let mut sent = 0u64;
+        for i in 0..=1000 {
+            let q = if i == 1000 { 0 } else { 0xffff };
+            uroce_wire::pfc::PfcRepr::one(3, q).emit(mac, &mut f).unwrap();
+            common::packet::send_raw(&fd, &f);
+            sent += 1;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        sent
+    });
+    let c = common::finish(client, "client", Duration::from_secs(60));
+    if !c.status.success() {
+        server.kill();
+    }
+    let s = server.finish("server", Duration::from_secs(30));
+    let sent = uroce::netns::join(pauser).unwrap();
+    let ce = String::from_utf8_lossy(&c.stderr).into_owned();
+    assert!(c.status.success() && s.status.success(), "client:\n{ce}\nserver:\n{}", String::from_utf8_lossy(&s.stderr));
+    let r = results(&String::from_utf8_lossy(&c.stdout));
+    assert_eq!(r.len(), 1, "one result line");
+    assert!(r[0][3] > 0.0, "data moved once resumed: {:?}", r[0]);
+    let (rx, held) = (port_counter(&ce, "pause_rx"), port_counter(&ce, "tx_held"));
+    eprintln!("PFC frames sent {sent}, received by the client's port {rx}, frames held {held}");
+    assert!(rx > sent / 2 && rx <= sent, "{rx} of {sent} PFC frames reached the port\n{ce}");
+    assert!(held > 0, "frames were held while paused\n{ce}");
 }

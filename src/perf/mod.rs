@@ -425,8 +425,8 @@ pub fn counters_report(port: &Port) -> String {
     let s = port.stats();
     let mut out = format!("uroce-counters engine: {}\n", engine.join(" "));
     out += &format!(
-        "uroce-counters port: rx_frames={} tx_frames={} rx_dropped={} tx_full={} idle_polls={} link_down={}\n",
-        s.rx_frames, s.tx_frames, s.rx_dropped, s.tx_full, s.idle_polls, s.link_down
+        "uroce-counters port: rx_frames={} tx_frames={} rx_dropped={} tx_full={} idle_polls={} link_down={} pause_rx={} tx_held={}\n",
+        s.rx_frames, s.tx_frames, s.rx_dropped, s.tx_full, s.idle_polls, s.link_down, s.pause_rx, s.tx_held
     );
     if let Some(i) = port.injector() {
         let c = i.counters();

@@ -1,6 +1,8 @@
 //! Helpers shared by the root package's integration tests.
 #![allow(dead_code)]
 
+pub mod packet;
+
 /// True when running under CI (`CI` set to anything but empty/0/false): the one rule,
 /// `uroce_rxe_compat::harness::in_ci`.
 pub fn in_ci() -> bool {

@@ -15,6 +15,7 @@
 
 pub mod connect;
 mod idle;
+pub mod pause;
 mod port;
 mod sharded;
 mod threaded;

@@ -71,6 +71,10 @@ pub struct PortStats {
     /// the XDP program's steering should keep it 0): the engine's `dropped_wrong_shard`, which
     /// it counts while dropping them as frames for an unknown QP.
     pub wrong_shard: u64,
+    /// 802.1Qbb PFC frames received (the port honours them: [`super::pause`]).
+    pub pause_rx: u64,
+    /// Frames held back while their priority was paused.
+    pub tx_held: u64,
 }
 
 /// An engine joined to a backend.
@@ -86,6 +90,7 @@ pub struct Port {
     idle_streak: u32,
     tx_budget: u32,
     tx_blocked: bool,
+    pause: super::pause::Pause,
 }
 
 /// A link that is down loses frames, as a wire would: the engine's timers and retries decide
@@ -101,6 +106,16 @@ fn link_down_ok(r: std::io::Result<()>, stats: &mut PortStats) -> std::io::Resul
         }
         r => r,
     }
+}
+
+/// The link speed of `ifname` in bits per second (sysfs `speed`, Mb/s; veth reports 10000),
+/// for PFC quanta; 100 Gbit/s when unknown.
+fn link_speed(ifname: Option<&str>) -> u64 {
+    ifname
+        .and_then(|n| std::fs::read_to_string(format!("/sys/class/net/{n}/speed")).ok())
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .filter(|&m| m > 0)
+        .map_or(100_000_000_000, |m| m as u64 * 1_000_000)
 }
 
 /// Frames sent per [`Port::poll`] round by default.
@@ -198,6 +213,7 @@ impl Port {
             idle_streak: 0,
             tx_budget: DEFAULT_TX_BUDGET,
             tx_blocked: false,
+            pause: super::pause::Pause::new(link_speed(cfg.ifname.as_deref())),
         })
     }
 
@@ -229,7 +245,12 @@ impl Port {
     /// Counters.
     pub fn stats(&self) -> PortStats {
         // The engine's routing counts another shard's frames as it looks their QP up.
-        PortStats { wrong_shard: self.dev.counters().dropped_wrong_shard, ..self.stats }
+        PortStats {
+            wrong_shard: self.dev.counters().dropped_wrong_shard,
+            pause_rx: self.pause.frames,
+            tx_held: self.pause.held_total,
+            ..self.stats
+        }
     }
 
     /// The fault injector's counters, when one is configured.
@@ -278,7 +299,7 @@ impl Port {
         let std_now = StdInstant::now();
         let wall = self.wall_epoch + self.epoch.elapsed();
         let ts = wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-        let Port { backend, dev, pcap, injector, stats, tx_budget, tx_blocked, .. } = self;
+        let Port { backend, dev, pcap, injector, stats, tx_budget, tx_blocked, pause, .. } = self;
         *tx_blocked = false;
         let mut work = false;
         let deliver = |dev: &mut Device, stats: &mut PortStats, f: &[u8]| {
@@ -289,6 +310,10 @@ impl Port {
         let n = backend.recv(64, &mut |f: &[u8]| {
             if let Some(p) = pcap.as_mut() {
                 let _ = p.write(ts, f);
+            }
+            if uroce_wire::pfc::is_mac_control(f) {
+                pause.on_frame(now, f);
+                return;
             }
             match injector.as_mut() {
                 Some(inj) => inj.process(std_now, f, &mut |g: &[u8]| deliver(dev, stats, g)),
@@ -310,15 +335,49 @@ impl Port {
             work = true;
         }
         let mut sent = 0u32;
+        // Frames held for a paused priority that may go now, oldest first.
+        while sent < *tx_budget {
+            let Some(i) = pause.next_sendable(now) else { break };
+            let Some(f) = pause.take(i) else { break };
+            let r = backend.send_with(&mut |buf: &mut [u8]| {
+                let b = buf.get_mut(..f.len())?;
+                b.copy_from_slice(&f);
+                if let Some(p) = pcap.as_mut() {
+                    let _ = p.write(ts, &f);
+                }
+                Some(f.len())
+            });
+            match r {
+                Ok(true) => sent += 1,
+                Ok(false) => {
+                    pause.put_back(i, f);
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    pause.put_back(i, f);
+                    stats.tx_full += 1;
+                    *tx_blocked = true;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
         // A bounded burst per round: receiving gets its turn, and a receiver behind a bridge
         // (no backpressure, a 256-entry veth ring) is not flooded by one 1 MiB READ response.
-        while sent < *tx_budget {
-            let r = backend.send_with(&mut |buf: &mut [u8]| {
+        while sent < *tx_budget && !*tx_blocked && pause.has_room() {
+            let r = backend.send_with(&mut |buf: &mut [u8]| loop {
                 let n = dev.poll_transmit(now, buf)?;
+                if pause.holds(now, &buf[..n]) {
+                    pause.hold(&buf[..n]);
+                    if !pause.has_room() {
+                        return None;
+                    }
+                    continue;
+                }
                 if let Some(p) = pcap.as_mut() {
                     let _ = p.write(ts, &buf[..n]);
                 }
-                Some(n)
+                return Some(n);
             });
             match r {
                 Ok(true) => {
@@ -357,6 +416,9 @@ impl Port {
         let now = self.now();
         let mut t = if self.tx_blocked { cap.min(Duration::from_micros(50)) } else { cap };
         if let Some(d) = self.dev.poll_timeout() {
+            t = t.min(Duration::from_nanos(d.as_nanos().saturating_sub(now.as_nanos())));
+        }
+        if let Some(d) = self.pause.next_resume(now) {
             t = t.min(Duration::from_nanos(d.as_nanos().saturating_sub(now.as_nanos())));
         }
         if let Some(r) = self.injector.as_ref().and_then(|i| i.next_release()) {
