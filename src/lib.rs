@@ -13,3 +13,4 @@ pub mod pcap;
 pub mod perf;
 pub mod pingpong;
 pub mod sample;
+pub mod switch;

@@ -73,11 +73,13 @@ pub struct XdpOptions {
     pub queues: Option<Vec<u32>>,
     /// UMEM frames per socket.
     pub frames: u32,
+    /// Take every frame (`uroce switch`), not only RoCEv2 and PFC.
+    pub all_frames: bool,
 }
 
 impl Default for XdpOptions {
     fn default() -> Self {
-        XdpOptions { attach: AttachMode::Auto, bind: BindMode::Auto, queues: None, frames: 4096 }
+        XdpOptions { attach: AttachMode::Auto, bind: BindMode::Auto, queues: None, frames: 4096, all_frames: false }
     }
 }
 
@@ -99,7 +101,7 @@ pub struct XdpBackend {
 impl XdpBackend {
     /// Attach the XDP program to `ifname` and bind an AF_XDP socket to each queue.
     pub fn open(ifname: &str, opts: &XdpOptions) -> io::Result<XdpBackend> {
-        let steering = Arc::new(Self::install(ifname, opts.attach, 1)?);
+        let steering = Arc::new(Self::install_config(ifname, opts.attach, 1, opts.all_frames)?);
         let queues: Vec<u32> = match &opts.queues {
             Some(q) => q.clone(),
             None => (0..rx_queues(ifname)).collect(),
@@ -111,9 +113,13 @@ impl XdpBackend {
     /// Install the XDP program on `ifname` for `shards` engine shards (1: the unsharded
     /// program), to be shared by the shards' backends ([`XdpBackend::open_shard`]).
     pub fn install(ifname: &str, attach: AttachMode, shards: u32) -> io::Result<XdpSteering> {
+        Self::install_config(ifname, attach, shards, false)
+    }
+
+    fn install_config(ifname: &str, attach: AttachMode, shards: u32, all_frames: bool) -> io::Result<XdpSteering> {
         let err = |what: &str, e: &dyn std::fmt::Display| io::Error::other(format!("{ifname}: {what}: {e}"));
         let link_mtu = uroce_xdp_prog::mtu(ifname).map_err(|e| err("MTU", &e))? as usize;
-        let cfg = ProgramConfig { frags: link_mtu > MAX_SINGLE_CHUNK_MTU, shards, ..Default::default() };
+        let cfg = ProgramConfig { frags: link_mtu > MAX_SINGLE_CHUNK_MTU, shards, all_frames, ..Default::default() };
         XdpSteering::install(ifname, &cfg, attach).map_err(|e| match e.is_permission_denied() {
             true => io::Error::new(
                 io::ErrorKind::PermissionDenied,

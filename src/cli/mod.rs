@@ -12,6 +12,7 @@ mod pingpong_cmd;
 mod sim_cmd;
 mod sim_dcqcn;
 mod sim_scenario;
+mod switch_cmd;
 mod tools;
 
 /// uroce: a userspace RoCEv2 stack.
@@ -55,6 +56,9 @@ enum Command {
     /// Simulations: the RC engine over a lossy network (soak), DCQCN's reaction point (dcqcn).
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Forward real frames between interfaces on AF_XDP through the simulator's switch model:
+    /// an egress rate limit, a shared buffer, WRED/ECN marking, PFC PAUSE toward senders.
+    Switch(switch_cmd::SwitchArgs),
     /// Measurement tools for the datapath benchmark (raw AF_XDP blaster, TCP ping-pong).
     #[command(subcommand)]
     Tool(tools::ToolCommand),
@@ -100,6 +104,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Command::Sim(SimCommand::Storm(a)) => sim_scenario::run("storm", &a),
         Command::Sim(SimCommand::Fabric(a)) => sim_scenario::run("fabric", &a),
         Command::Tool(t) => tools::run(t),
+        Command::Switch(a) => switch_cmd::run(&a),
         Command::Perf(a) => perf_cmd::run(&a),
         Command::Demo(a) => demo_cmd::run(&a),
         Command::Pingpong(a) => pingpong_cmd::run(&a),

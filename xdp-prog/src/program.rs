@@ -90,11 +90,20 @@ pub struct ProgramConfig {
     /// [`ProgramConfig::slot`]`(rx_queue_index, dest_qpn % N)`; a matching frame too short
     /// to hold a whole BTH is `XDP_PASS` (see the crate docs).
     pub shards: u32,
+    /// Redirect every frame, whatever it carries, to `XSKMAP[rx_queue_index]` (`uroce switch`
+    /// forwards ARP and TCP too); `udp_port` and `shards` are then ignored.
+    pub all_frames: bool,
 }
 
 impl Default for ProgramConfig {
     fn default() -> Self {
-        ProgramConfig { udp_port: ROCEV2_UDP_PORT, fallback: XdpAction::Pass, frags: false, shards: 1 }
+        ProgramConfig {
+            udp_port: ROCEV2_UDP_PORT,
+            fallback: XdpAction::Pass,
+            frags: false,
+            shards: 1,
+            all_frames: false,
+        }
     }
 }
 
@@ -135,6 +144,15 @@ pub fn assemble(cfg: &ProgramConfig, map_fd: i32) -> Assembled {
     assert!(cfg.shards_valid(), "ProgramConfig::shards = {} is not in 1..={MAX_SHARDS}", cfg.shards);
     let sharded = cfg.shards > 1;
     let mut a = Asm::new();
+    if cfg.all_frames {
+        a.comment("r6 = ctx").mov64_reg(R6, R1);
+        a.comment("r1 = &xsks_map").ld_map_fd(R1, map_fd);
+        a.comment("r2 = ctx->rx_queue_index").load(Size::W, R2, R6, XDP_MD_RX_QUEUE_INDEX);
+        a.comment("r3 = action if the slot is empty").mov64_imm(R3, cfg.fallback as i32);
+        a.comment("bpf_redirect_map(map, queue, fallback): every frame").call(BPF_FUNC_REDIRECT_MAP);
+        a.exit();
+        return a.finish().expect("the XDP program assembles");
+    }
     let pass = a.label("pass");
     let l3 = a.label("l3");
     let ipv4 = a.label("ipv4");
@@ -283,7 +301,10 @@ mod tests {
     #[test]
     fn config_changes_only_the_port_and_fallback_immediates() {
         let a = assemble(&ProgramConfig::default(), 3);
-        let b = assemble(&ProgramConfig { udp_port: 1234, fallback: XdpAction::Drop, frags: true, shards: 1 }, 3);
+        let b = assemble(
+            &ProgramConfig { udp_port: 1234, fallback: XdpAction::Drop, frags: true, shards: 1, all_frames: false },
+            3,
+        );
         assert_eq!(a.insns.len(), b.insns.len());
         let diffs: Vec<usize> = (0..a.insns.len()).filter(|&i| a.insns[i] != b.insns[i]).collect();
         assert_eq!(diffs.len(), 2, "{diffs:?}");

@@ -210,6 +210,21 @@ fn mac_control_frames_go_to_the_socket() {
     assert_eq!(verdict(&probe, &other), XdpAction::Pass);
 }
 
+/// The switch's program takes every frame.
+#[test]
+fn all_frames_takes_everything() {
+    if !privileged("all_frames_takes_everything") {
+        return;
+    }
+    let p =
+        XdpProgram::load(&ProgramConfig { fallback: XdpAction::Drop, all_frames: true, ..ProgramConfig::default() }, 4)
+            .unwrap();
+    for c in cases() {
+        assert_eq!(verdict(&p, &c.frame), XdpAction::Drop, "{}", c.name);
+    }
+    assert_eq!(verdict(&p, &[0u8; 14]), XdpAction::Drop);
+}
+
 #[test]
 fn verdicts_on_crafted_frames() {
     if !privileged("verdicts_on_crafted_frames") {
@@ -269,9 +284,11 @@ fn other_port_and_fallback_are_parameters() {
     if !privileged("other_port_and_fallback_are_parameters") {
         return;
     }
-    let p =
-        XdpProgram::load(&ProgramConfig { udp_port: 5555, fallback: XdpAction::Aborted, frags: true, shards: 1 }, 1)
-            .expect("load frags program");
+    let p = XdpProgram::load(
+        &ProgramConfig { udp_port: 5555, fallback: XdpAction::Aborted, frags: true, shards: 1, all_frames: false },
+        1,
+    )
+    .expect("load frags program");
     let to = |port| cat(eth(0x0800, None), ipv4(17, 0, &[], &udp(1, port, &[1, 2, 3])));
     assert_eq!(verdict(&p, &to(5555)), XdpAction::Aborted);
     assert_eq!(verdict(&p, &to(4791)), XdpAction::Pass);
