@@ -15,9 +15,11 @@ fn tmp(name: &str) -> std::path::PathBuf {
     d.join(name)
 }
 
-/// The sample capture (`uroce gen-pcap`): 80 frames.
+/// The sample capture (`uroce gen-pcap`): 80 frames, in a file of its own for each call
+/// (the tests run in parallel: one writing the file while another reads it saw it empty).
 fn sample() -> (std::path::PathBuf, Vec<u8>) {
-    let p = tmp("sample.pcap");
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let p = tmp(&format!("sample-{}.pcap", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     assert!(Command::new(BIN).args(["gen-pcap", p.to_str().unwrap()]).output().unwrap().status.success());
     let bytes = std::fs::read(&p).unwrap();
     (p, bytes)

@@ -24,8 +24,11 @@ pub fn run(s: &Settings) -> Result<Report, SettingError> {
     let msg = s.int("msg_kb", 64, 1, 1024)? as usize * 1024;
     let window = s.int("window", 32, 1, 1024)? as u32;
     let timeout = s.int("timeout", 14, 1, 31)? as u8;
-    let mtu = uroce_transport::Mtu::from_bytes(s.int("mtu", 4096, 256, 4096)? as usize).ok_or_else(|| {
-        SettingError::BadValue { key: "mtu".into(), value: "?".into(), want: "256, 512, 1024, 2048 or 4096" }
+    let mtu_bytes = s.int("mtu", 4096, 256, 4096)?;
+    let mtu = uroce_transport::Mtu::from_bytes(mtu_bytes as usize).ok_or_else(|| SettingError::BadValue {
+        key: "mtu".into(),
+        value: mtu_bytes.to_string(),
+        want: "256, 512, 1024, 2048 or 4096",
     })?;
     let mut t = Table::new(
         &format!("loss: Go-Back-N, one flow, random loss on the bottleneck both ways, {until} µs, local ACK timeout 2^{timeout} · 4.096 µs"),
