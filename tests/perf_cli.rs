@@ -266,14 +266,8 @@ fn a_thousand_qps_over_af_xdp() {
     assert_eq!(co.matches("remote address:").count(), 1000, "{co}");
 }
 
-/// The value of counter `name` on the `uroce-counters engine:` line of `err` (0 if absent:
-/// only non-zero counters are printed).
 fn engine_counter(err: &str, name: &str) -> u64 {
-    let line = err
-        .lines()
-        .find(|l| l.starts_with("uroce-counters engine:"))
-        .unwrap_or_else(|| panic!("no counters in\n{err}"));
-    line.split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{name}="))).map_or(0, |v| v.parse().unwrap())
+    common::counter(err, "uroce-counters engine:", name)
 }
 
 /// Congestion control on real frames over AF_XDP: the server marks 5 % of what it receives CE
@@ -312,11 +306,8 @@ fn ecn_cnps_and_dcqcn_on_real_frames() {
     eprintln!("CE-marked {marked}, CNPs sent {sent}, handled {handled}");
 }
 
-/// The value of counter `name` on the `uroce-counters port:` line of `err`.
 fn port_counter(err: &str, name: &str) -> u64 {
-    let line =
-        err.lines().find(|l| l.starts_with("uroce-counters port:")).unwrap_or_else(|| panic!("no port line in\n{err}"));
-    line.split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{name}="))).map_or(0, |v| v.parse().unwrap())
+    common::counter(err, "uroce-counters port:", name)
 }
 
 /// 802.1Qbb PFC on the AF_XDP port: while PAUSE frames for priority 3 (RoCE at DSCP 26, `-T

@@ -29,26 +29,17 @@ struct Lab {
 /// that joins the receivers `swt-3`, `swt-4` (10.77.0.3, .4): both flows cross the switch's
 /// port 3, its egress queue is the shared bottleneck. (Two receivers in their own namespaces,
 /// because two uroce processes cannot share one interface yet.)
+/// A veth pair: `a` in namespace `na`, `b` in `nb`.
+fn veth(a: &str, na: &str, b: &str, nb: &str) {
+    netns::ip(&["link", "add", a, "netns", na, "type", "veth", "peer", "name", b, "netns", nb]).unwrap();
+}
+
 fn lab() -> Lab {
     let sw = Netns::create("swt-s").unwrap();
     let br = Netns::create("swt-b").unwrap();
     br.ip(&["link", "add", "br0", "type", "bridge"]).unwrap();
     br.ip(&["link", "set", "br0", "up"]).unwrap();
-    netns::ip(&[
-        "link",
-        "add",
-        "swt-p3",
-        "netns",
-        sw.name(),
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "swt-b0",
-        "netns",
-        br.name(),
-    ])
-    .unwrap();
+    veth("swt-p3", sw.name(), "swt-b0", br.name());
     sw.ip(&["link", "set", "swt-p3", "up"]).unwrap();
     br.ip(&["link", "set", "swt-b0", "master", "br0", "up"]).unwrap();
     let mut ns = vec![];
@@ -58,39 +49,11 @@ fn lab() -> Lab {
         let hv = format!("swt-h{i}");
         if i <= 2 {
             let pv = format!("swt-p{i}");
-            netns::ip(&[
-                "link",
-                "add",
-                &hv,
-                "netns",
-                h.name(),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &pv,
-                "netns",
-                sw.name(),
-            ])
-            .unwrap();
+            veth(&hv, h.name(), &pv, sw.name());
             sw.ip(&["link", "set", &pv, "up"]).unwrap();
         } else {
             let bv = format!("swt-b{i}");
-            netns::ip(&[
-                "link",
-                "add",
-                &hv,
-                "netns",
-                h.name(),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &bv,
-                "netns",
-                br.name(),
-            ])
-            .unwrap();
+            veth(&hv, h.name(), &bv, br.name());
             br.ip(&["link", "set", &bv, "master", "br0", "up"]).unwrap();
         }
         h.ip(&["addr", "add", &format!("10.77.0.{i}/24"), "dev", &hv]).unwrap();
@@ -116,11 +79,6 @@ fn spawn(ns: &str, args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn uroce")
-}
-
-fn counter(text: &str, prefix: &str, name: &str) -> u64 {
-    let line = text.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no `{prefix}` line in\n{text}"));
-    line.split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{name}="))).map_or(0, |v| v.parse().unwrap())
 }
 
 /// The Gbit/s of the one result line of a perftest-style bandwidth report.
@@ -212,10 +170,10 @@ fn dcqcn_pfc_and_neither_through_a_software_switch() {
         &["--ecn", "--min-time-between-cnps", "50"],
         &["--pfc", "off"],
     );
-    let marked = counter(&r.switch, "uroce-switch:", "ecn_marked");
-    let drops = counter(&r.switch, "uroce-switch:", "drop_buffer");
+    let marked = common::counter(&r.switch, "uroce-switch:", "ecn_marked");
+    let drops = common::counter(&r.switch, "uroce-switch:", "drop_buffer");
     let handled: Vec<u64> =
-        r.clients.iter().map(|c| counter(&c.1, "uroce-counters engine:", "rp_cnp_handled")).collect();
+        r.clients.iter().map(|c| common::counter(&c.1, "uroce-counters engine:", "rp_cnp_handled")).collect();
     let bw: Vec<f64> = r.clients.iter().map(|c| gbps(&c.0)).collect();
     eprintln!("DCQCN: marked {marked}, drops {drops}, CNPs handled {handled:?}, Gbit/s {bw:?}\n{}", r.switch);
     assert!(marked > 0, "{}", r.switch);
@@ -228,18 +186,19 @@ fn dcqcn_pfc_and_neither_through_a_software_switch() {
     // Headroom for what is in flight after XOFF: the senders' AF_XDP rings and the veths hold
     // megabytes (on a real link: the bandwidth-delay product).
     let r = run(&lab, &["-u", "20"], &[], &["--pfc", "65536,32768,8388608", "--ecn", "off"]);
-    let pauses = counter(&r.switch, "uroce-switch:", "pause_sent");
-    let drops_pfc =
-        counter(&r.switch, "uroce-switch:", "drop_buffer") + counter(&r.switch, "uroce-switch:", "drop_headroom");
-    let held: Vec<u64> = r.clients.iter().map(|c| counter(&c.1, "uroce-counters port:", "tx_held")).collect();
+    let pauses = common::counter(&r.switch, "uroce-switch:", "pause_sent");
+    let drops_pfc = common::counter(&r.switch, "uroce-switch:", "drop_buffer")
+        + common::counter(&r.switch, "uroce-switch:", "drop_headroom");
+    let held: Vec<u64> = r.clients.iter().map(|c| common::counter(&c.1, "uroce-counters port:", "tx_held")).collect();
     eprintln!("PFC: pauses {pauses}, drops {drops_pfc}, held {held:?}\n{}", r.switch);
     assert!(pauses > 0, "{}", r.switch);
     assert_eq!(drops_pfc, 0, "lossless: {}", r.switch);
     assert!(held.iter().any(|&h| h > 0), "the senders held frames: {held:?}");
     // Neither: a small buffer overflows, Go-Back-N resends.
     let r = run(&lab, &["-u", "14"], &[], &["--pfc", "off", "--ecn", "off", "--buffer", "131072"]);
-    let drops_none = counter(&r.switch, "uroce-switch:", "drop_buffer");
-    let retrans: u64 = r.clients.iter().map(|c| counter(&c.1, "uroce-counters engine:", "retransmitted_pkts")).sum();
+    let drops_none = common::counter(&r.switch, "uroce-switch:", "drop_buffer");
+    let retrans: u64 =
+        r.clients.iter().map(|c| common::counter(&c.1, "uroce-counters engine:", "retransmitted_pkts")).sum();
     eprintln!("neither: drops {drops_none}, retransmissions {retrans}\n{}", r.switch);
     assert!(drops_none > 0 && retrans > 0, "{}", r.switch);
 }

@@ -109,3 +109,11 @@ pub fn runtime_rc_local(sgid_index: u8) -> uroce_transport::connect::RcLocal {
         ..Default::default()
     }
 }
+
+/// The value of `name` on the line of `text` that starts with `prefix` (`uroce-counters
+/// engine:`, `uroce-switch:`, ...): 0 when the line lacks it (only non-zero counters are
+/// printed); a missing line fails the test.
+pub fn counter(text: &str, prefix: &str, name: &str) -> u64 {
+    let line = text.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no `{prefix}` line in\n{text}"));
+    line.split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{name}="))).map_or(0, |v| v.parse().unwrap())
+}
