@@ -16,7 +16,9 @@
 //!
 //! Every run is checked the same way:
 //! * both sides exit 0 (uroce's run and the stock tool's, each under a deadline; a failing uroce
-//!   gets the stock side killed at once);
+//!   gets the stock side killed at once, a stock side that exited leaves uroce 20 s). A stock
+//!   tool that dies of a signal (SIGSEGV, ...) is the peer's bug: it is reported (`PEER CRASH`,
+//!   with the guest's dmesg line and the captures kept) and the case runs once more;
 //! * both print perftest's result line with the requested #iterations and finite figures (see
 //!   `ix::check_result`: latencies > 0; bandwidth: message rate > 0 and average > 0 from 64 B
 //!   on, since perftest prints 2-decimal MB/s and its send_bw server prints a 0.00 peak).
@@ -56,6 +58,8 @@ const UROCE_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 5);
 const UROCE_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x77, 0x00, 0x05];
 /// Wall-clock limit of one perftest/uroce side (both are killed after it).
 const RUN_LIMIT: u64 = 120;
+/// How long uroce may run on once the stock side has exited.
+const UROCE_GRACE: Duration = Duration::from_secs(20);
 /// uroce's QP timeout (`-u`) in the matrix: 4.096 us * 2^18 = 1.07 s, so 8 tries span 8.6 s.
 /// uroce runs in real time while the TCG guests stall for a second or more when the host is
 /// busy (seen: rxe silent for 1.1 s mid-run); perftest's default 14 (67 ms, 0.54 s for all 8
@@ -235,8 +239,26 @@ struct Bench {
     seq: u32,
     hw: BTreeMap<String, u64>,
     failures: Vec<String>,
+    /// Stock-side crashes (killed by a signal): the peer's defect, reported; the run is retried.
+    peer_crashes: Vec<String>,
     rows: Vec<Row>,
     filter: Option<String>,
+}
+
+/// How a run's error starts when the stock tool died of a signal (see [`crash_signal`]).
+const PEER_CRASH: &str = "stock peer crashed";
+
+/// The signal behind a shell exit status of 128+N, when it is a crash. 124 (our `timeout`) and
+/// 143 (SIGTERM, our `pkill`) are the harness's own doing.
+fn crash_signal(rc: i32) -> Option<&'static str> {
+    match rc {
+        132 => Some("SIGILL"),
+        134 => Some("SIGABRT"),
+        135 => Some("SIGBUS"),
+        136 => Some("SIGFPE"),
+        139 => Some("SIGSEGV"),
+        _ => None,
+    }
 }
 
 /// Splits the console text of a collect command into (perftest output, hw counters, rc).
@@ -314,6 +336,7 @@ impl Bench {
             seq: 0,
             hw: BTreeMap::new(),
             failures: Vec::new(),
+            peer_crashes: Vec::new(),
             rows: Vec::new(),
             filter: std::env::var("UROCE_IX_FILTER").ok().filter(|s| !s.is_empty()),
         };
@@ -348,6 +371,15 @@ impl Bench {
             // client's figures). The measurement failed, not the transfer: run it once more.
             if e.contains("Correlation coefficient") && e.contains(" is 0") {
                 eprintln!("[ix] RETRY {label}: perftest's clock calibration failed in the guest (figures 0.00)");
+                result = self.try_run(c, faults);
+            } else if e.starts_with(PEER_CRASH) {
+                // Stock perftest on rxe died of a signal (seen once in CI: ib_send_bw SIGSEGV
+                // under 1 % bridge loss, rxe mid-window, no error completion, every uroce frame
+                // valid). That is the peer's bug: it is reported with its dmesg line and the
+                // captures, and the case runs once more, since uroce's part was not measured.
+                let first = e.lines().next().unwrap_or_default().to_string();
+                eprintln!("[ix] RETRY {label}: {first}");
+                self.peer_crashes.push(format!("{label}: {first}"));
                 result = self.try_run(c, faults);
             }
         }
@@ -444,7 +476,8 @@ impl Bench {
         let done = match c.dir {
             Dir::UroceClient => {
                 background(self)?;
-                Proc::spawn_in(&self.port.ns, &argv).wait(Duration::from_secs(RUN_LIMIT))
+                let p = Proc::spawn_in(&self.port.ns, &argv);
+                self.wait_uroce(p)
             }
             Dir::GuestClient => {
                 let mut p = Proc::spawn_in(&self.port.ns, &argv);
@@ -453,7 +486,7 @@ impl Bench {
                     return Err(format!("uroce server not listening after 30 s:\n{}", p.wait(Duration::ZERO).text()));
                 }
                 background(self)?;
-                p.wait(Duration::from_secs(RUN_LIMIT))
+                self.wait_uroce(p)
             }
         };
         if !done.ok() {
@@ -478,6 +511,16 @@ impl Bench {
                 self.dir.display()
             )
         };
+        if let Some(sig) = stock_rc.and_then(crash_signal) {
+            let (_, dmesg) = self.console("dmesg | grep -E 'segfault|traps:|general protection|Code:' | tail -n 4", 30);
+            let dmesg: Vec<&str> = dmesg.lines().filter(|l| !l.contains("grep -E")).map(str::trim).collect();
+            let _ = std::fs::write(self.dir.join(format!("{tag}.dmesg.txt")), dmesg.join("\n"));
+            return Err(diag(format!(
+                "{PEER_CRASH}: {} died of {sig}; guest dmesg: {}",
+                c.t.perftest(),
+                dmesg.join(" | ")
+            )));
+        }
         if !done.ok() {
             return Err(diag(format!("uroce exited {:?} after {:.1}s", done.status, done.elapsed.as_secs_f64())));
         }
@@ -551,6 +594,32 @@ impl Bench {
         })
     }
 
+    /// Waits for uroce's side of a run. While it runs, the guest is asked every 2 s whether the
+    /// stock side has exited; once it has, uroce gets [`UROCE_GRACE`] to finish (a peer that
+    /// crashed would otherwise leave it waiting for the whole [`RUN_LIMIT`]).
+    fn wait_uroce(&self, mut p: Proc) -> ix::Done {
+        let deadline = Instant::now() + Duration::from_secs(RUN_LIMIT);
+        let stock_exited = || self.console("test -s /tmp/s.rc", 30).0 == 0;
+        let mut next_ask = Instant::now() + Duration::from_secs(2);
+        let grace_from = loop {
+            if !p.running() || Instant::now() >= deadline {
+                break None;
+            }
+            if Instant::now() >= next_ask {
+                if stock_exited() {
+                    break Some(Instant::now());
+                }
+                next_ask = Instant::now() + Duration::from_secs(2);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let limit = match grace_from {
+            Some(t) => (t + UROCE_GRACE).min(deadline),
+            None => deadline,
+        };
+        p.wait(limit.saturating_duration_since(Instant::now()))
+    }
+
     /// Sets the link MTU of the guest NIC, its tap, the bridge and both ends of our veth.
     fn link_mtu(&self, mtu: u32) -> String {
         let m = mtu.to_string();
@@ -584,13 +653,17 @@ impl Bench {
             self.failures.len(),
             t0.elapsed().as_secs_f64()
         );
+        for crash in &self.peer_crashes {
+            let _ = writeln!(md, "\nPeer crash (run retried): {crash}");
+            eprintln!("[ix] PEER CRASH {crash} (artifacts kept in {})", self.dir.display());
+        }
         if let Some(f) = std::env::var_os("UROCE_IX_REPORT") {
             use std::io::Write;
             let mut f = std::fs::OpenOptions::new().create(true).append(true).open(f).expect("report file");
             let _ = f.write_all(md.as_bytes());
         }
         if self.failures.is_empty() {
-            if std::env::var_os("UROCE_IX_KEEP").is_none() {
+            if std::env::var_os("UROCE_IX_KEEP").is_none() && self.peer_crashes.is_empty() {
                 let _ = std::fs::remove_dir_all(&self.dir);
             }
         } else {
