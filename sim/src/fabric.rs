@@ -6,23 +6,28 @@
 //! arrives `delay` after its last bit left, lost or bit-flipped with the link's probabilities.
 //! A port sends PFC frames first (they are never paused), then the highest priority that is
 //! not paused. A host's NIC honours PAUSE the same way: it takes a frame from its engine only
-//! when its port is free, and holds frames of a paused priority aside.
+//! when its port is free, and holds frames of a paused priority aside. It also checks the
+//! ICRC, as an RDMA NIC does in hardware: the engines run with `check_icrc` off, and when some
+//! link corrupts frames the NIC drops those whose ICRC is bad (`Host::rx_icrc_dropped`). With
+//! no corrupting link every ICRC is good (a switch changes only the ECN bits, which the ICRC
+//! masks), so the check is skipped.
 //!
-//! Events at the same instant happen in the order they were scheduled (a sequence number
-//! breaks ties), and the one RNG is seeded: a run is a function of its seed.
+//! Events at the same instant happen in the order they were scheduled ([`EventQueue`]), and
+//! the one RNG is seeded: a run is a function of its seed. Nothing is scheduled before the
+//! present.
 
 use crate::pfc::{self, Pfc};
+use crate::queue::EventQueue;
 use crate::switch::{Action, Switch, SwitchConfig};
 use core::time::Duration;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use uroce_transport::cc::CongestionConfig;
 use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
 use uroce_transport::*;
-use uroce_wire::EthernetAddress;
+use uroce_wire::{parse_frame, EthernetAddress};
 
 /// A link's properties (both directions alike).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -147,14 +152,19 @@ pub struct Host {
     cfg: HostConfig,
     /// Frames taken from the engine whose priority was paused.
     held: VecDeque<Vec<u8>>,
-    timer_at: Option<Instant>,
+    /// The times of this host's `Timer` events in the queue, latest first. A new one is queued
+    /// only when it is earlier than all of them (so it goes on the end): when the earliest
+    /// fires, the engine is asked again, and a later deadline is queued then.
+    timers: Vec<Instant>,
     /// A host that stopped draining (a stuck NIC): drops what arrives and keeps its upstream
     /// paused (the `storm` scenario).
     stalled: bool,
     /// Frames dropped by a stalled host.
     pub rx_dropped: u64,
-    /// Frames its engine refused (bad ICRC after corruption, ...).
+    /// Frames its engine refused (wrong destination after corruption, ...).
     pub rx_refused: u64,
+    /// Frames its NIC dropped for a bad ICRC (corrupted on a link).
+    pub rx_icrc_dropped: u64,
     /// The flows it sends.
     sending: Vec<u32>,
 }
@@ -224,15 +234,14 @@ pub struct Sample {
 /// The fabric and its event loop.
 pub struct Fabric {
     now: Instant,
-    seq: u64,
-    events: BinaryHeap<Reverse<(Instant, u64, EvBox)>>,
+    /// Pending events by time (ns); ties in the order they were queued.
+    events: EventQueue<Ev>,
     nodes: Vec<Node>,
     ports: Vec<Port>,
     /// Node ids of the hosts, in the order they were added.
     hosts: Vec<u32>,
     flows: Vec<Flow>,
     rng: ChaCha8Rng,
-    buf: Vec<u8>,
     /// Frames on the wire, by slot (an event carries the slot, not the frame: smaller heap
     /// entries), and the free slots.
     in_flight: Vec<Vec<u8>>,
@@ -242,29 +251,14 @@ pub struct Fabric {
     act: Vec<Action>,
     /// Events handled.
     pub events_handled: u64,
+    /// Timer events that found nothing due (not counted in `events_handled`).
+    pub stale_timers: u64,
+    /// Whether a link corrupts frames: then the hosts' NICs check every ICRC.
+    corrupting: bool,
     sample_every: Option<Duration>,
     watched: Vec<u32>,
     samples: Vec<Sample>,
     last_bytes: Vec<u64>,
-}
-
-/// An event in the heap (ordered by time and sequence only).
-struct EvBox(Ev);
-impl PartialEq for EvBox {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl Eq for EvBox {}
-impl PartialOrd for EvBox {
-    fn partial_cmp(&self, o: &Self) -> Option<core::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for EvBox {
-    fn cmp(&self, _: &Self) -> core::cmp::Ordering {
-        core::cmp::Ordering::Equal
-    }
 }
 
 /// The MAC of host `i`.
@@ -284,19 +278,19 @@ impl Fabric {
     pub fn new(seed: u64) -> Fabric {
         Fabric {
             now: Instant::ZERO,
-            seq: 0,
-            events: BinaryHeap::new(),
+            events: EventQueue::new(),
             nodes: Vec::new(),
             ports: Vec::new(),
             hosts: Vec::new(),
             flows: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
-            buf: vec![0u8; 9216 + 128],
             in_flight: Vec::new(),
             free_slots: Vec::new(),
             spare: Vec::new(),
             act: Vec::new(),
             events_handled: 0,
+            stale_timers: 0,
+            corrupting: false,
             sample_every: None,
             watched: Vec::new(),
             samples: Vec::new(),
@@ -321,6 +315,8 @@ impl Fabric {
         dc.seed = self.rng.next_u64();
         dc.cc = cfg.cc;
         dc.active_mtu = cfg.mtu;
+        // The NIC verifies the ICRC (`arrive`), as RDMA NICs do in hardware.
+        dc.check_icrc = false;
         let mut dev = Device::new(dc);
         let pd = dev.alloc_pd();
         let cq = dev.create_cq(1 << 16).expect("a CQ");
@@ -331,10 +327,11 @@ impl Fabric {
             cq,
             cfg,
             held: VecDeque::new(),
-            timer_at: None,
+            timers: Vec::new(),
             stalled: false,
             rx_dropped: 0,
             rx_refused: 0,
+            rx_icrc_dropped: 0,
             sending: Vec::new(),
         };
         self.nodes.push(Node::Host(Box::new(host)));
@@ -368,6 +365,16 @@ impl Fabric {
             Node::Host(x) => x,
             Node::Switch(_) => unreachable!("hosts holds host nodes"),
         }
+    }
+
+    /// Whether flow `i`'s destination buffer holds exactly its source's bytes (after at least
+    /// one message has landed; every message writes the whole buffer).
+    pub fn flow_data_intact(&mut self, i: usize) -> bool {
+        let Some(fl) = self.flows.get(i) else { return false };
+        let (src, dst, sk, dk) = (fl.spec.src, fl.spec.dst, fl.src_mr.lkey, fl.dst_mr.lkey);
+        let a = self.host(src).dev.mr(sk).map(|m| m.as_slice().to_vec());
+        let b = self.host(dst).dev.mr(dk).map(|m| m.as_slice().to_vec());
+        a.is_some() && a == b
     }
 
     /// Switch `node`.
@@ -412,6 +419,7 @@ impl Fabric {
     /// Join nodes `a` and `b` with a link; returns (a's local port, b's local port).
     pub fn connect(&mut self, a: u32, b: u32, link: LinkSpec) -> (u16, u16) {
         let (pa, pb) = (self.new_port(a, link), self.new_port(b, link));
+        self.corrupting |= link.corrupt > 0.0;
         self.ports[pa as usize].peer = pb;
         self.ports[pb as usize].peer = pa;
         (self.ports[pa as usize].local, self.ports[pb as usize].local)
@@ -428,17 +436,22 @@ impl Fabric {
     pub fn add_flow(&mut self, spec: FlowSpec) -> Result<usize, VerbsError> {
         let (src_node, dst_node) = (self.hosts[spec.src], self.hosts[spec.dst]);
         let cfg = self.host(spec.src).cfg;
-        let mk = |h: &mut Host| -> Result<(u32, MrInfo), VerbsError> {
+        let id = self.flows.len();
+        let mk = |h: &mut Host, fill: bool| -> Result<(u32, MrInfo), VerbsError> {
             let cap =
                 QpCap { max_send_wr: 1024, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
             let init = QpInitAttr { qp_type: QpType::Rc, send_cq: h.cq, recv_cq: h.cq, cap, sq_sig_all: false };
             let qpn = h.dev.create_qp(h.pd, &init)?;
             let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-            let mr = h.dev.reg_mr(h.pd, vec![0u8; spec.msg.max(1)].into_boxed_slice(), access)?;
+            // the source holds a pattern of its own, the destination zeros (`Fabric::flow_data_intact`)
+            let mem: Box<[u8]> = (0..spec.msg.max(1))
+                .map(|i| if fill { (i as u64).wrapping_mul(31).wrapping_add(id as u64 * 7 + 1) as u8 } else { 0 })
+                .collect();
+            let mr = h.dev.reg_mr(h.pd, mem, access)?;
             Ok((qpn, mr))
         };
-        let (sq, smr) = mk(self.host(spec.src))?;
-        let (dq, dmr) = mk(self.host(spec.dst))?;
+        let (sq, smr) = mk(self.host(spec.src), true)?;
+        let (dq, dmr) = mk(self.host(spec.dst), false)?;
         let local = |psn| RcLocal {
             access: AccessFlags::REMOTE_WRITE,
             sgid_index: 1,
@@ -471,7 +484,6 @@ impl Fabric {
             &local(pd),
             &RcRemote { qpn: sq, psn: ps, gid: gid(si), mac: host_mac(si) },
         )?;
-        let id = self.flows.len();
         self.host(spec.src).sending.push(id as u32);
         self.flows.push(Flow {
             spec,
@@ -526,8 +538,7 @@ impl Fabric {
     }
 
     fn schedule(&mut self, at: Instant, ev: Ev) {
-        self.seq += 1;
-        self.events.push(Reverse((at, self.seq, EvBox(ev))));
+        self.events.push(at.max(self.now).as_nanos(), ev);
     }
 
     fn chance(&mut self, p: f64) -> bool {
@@ -537,12 +548,8 @@ impl Fabric {
     /// Run until `until` (or until nothing is left to happen). Returns events handled.
     pub fn run_until(&mut self, until: Instant) -> u64 {
         let start = self.events_handled;
-        while let Some(Reverse((at, _, _))) = self.events.peek() {
-            if *at > until {
-                break;
-            }
-            let Some(Reverse((at, _, EvBox(ev)))) = self.events.pop() else { break };
-            self.now = at;
+        while let Some((at, ev)) = self.events.pop_until(until.as_nanos()) {
+            self.now = Instant::from_nanos(at);
             self.events_handled += 1;
             self.handle(ev);
         }
@@ -563,12 +570,18 @@ impl Fabric {
             }
             Ev::Wake { port } => self.try_send(port),
             Ev::Timer { node } => {
-                if let Node::Host(h) = &mut self.nodes[node as usize] {
-                    if h.timer_at == Some(self.now) {
-                        h.timer_at = None;
-                        h.dev.handle_timeout(self.now);
-                        self.pump(node);
-                    }
+                let Node::Host(h) = &mut self.nodes[node as usize] else { return };
+                let queued = h.timers.pop();
+                debug_assert_eq!(queued, Some(self.now), "a host's timers pop in the order queued");
+                if h.dev.poll_timeout().is_some_and(|t| t <= self.now) {
+                    h.dev.handle_timeout(self.now);
+                    self.pump(node);
+                } else {
+                    // The deadline it was queued for moved later (an ACK restarted the retry
+                    // timer, ...): not an event. Queue the new one.
+                    self.events_handled -= 1;
+                    self.stale_timers += 1;
+                    self.rearm(node);
                 }
             }
             Ev::Refresh { port, prio } => {
@@ -659,6 +672,13 @@ impl Fabric {
             Node::Host(h) => {
                 if h.stalled {
                     h.rx_dropped += 1;
+                    return;
+                }
+                // The NIC's ICRC check (the engine runs with `check_icrc` off, as behind an
+                // RDMA NIC). Only links change bytes, and a switch only the ECN bits the ICRC
+                // masks, so without a corrupting link every ICRC is good.
+                if self.corrupting && parse_frame(&frame).is_ok_and(|p| p.check_icrc().is_err()) {
+                    h.rx_icrc_dropped += 1;
                     return;
                 }
                 if h.dev.handle_frame(self.now, &frame).is_err() {
@@ -769,11 +789,16 @@ impl Fabric {
                 // Take frames from the engine only when the port is free (so pacing sees the
                 // real departure), holding aside those of a paused priority.
                 let mut out = None;
+                let max = h.dev.max_frame_len();
                 while h.held.len() < 64 {
-                    let Some(n) = h.dev.poll_transmit(now, &mut self.buf) else { break };
+                    // straight into a recycled frame (mostly a data frame: little to zero-fill)
                     let mut f = self.spare.pop().unwrap_or_default();
-                    f.clear();
-                    f.extend_from_slice(&self.buf[..n]);
+                    f.resize(max, 0);
+                    let Some(n) = h.dev.poll_transmit(now, &mut f) else {
+                        self.spare.push(f);
+                        break;
+                    };
+                    f.truncate(n);
                     if paused & (1 << pfc::priority(&f)) == 0 {
                         out = Some(f);
                         break;
@@ -878,13 +903,14 @@ impl Fabric {
         self.rearm(node);
     }
 
-    /// Schedule host `node`'s engine timer if it moved earlier.
+    /// Queue host `node`'s engine timer if it is earlier than all it has queued.
     fn rearm(&mut self, node: u32) {
         let Node::Host(h) = &mut self.nodes[node as usize] else { return };
         if let Some(t) = h.dev.poll_timeout() {
-            if h.timer_at.is_none_or(|a| t < a) {
-                h.timer_at = Some(t);
-                self.schedule(t.max(self.now), Ev::Timer { node });
+            let t = t.max(self.now);
+            if h.timers.last().is_none_or(|&a| t < a) {
+                h.timers.push(t);
+                self.schedule(t, Ev::Timer { node });
             }
         }
     }

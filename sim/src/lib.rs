@@ -10,6 +10,7 @@
 //! | [`fabric`] | hosts running the engine, switches, links, flows of RDMA WRITEs, the event loop, samples |
 //! | [`scenario`] | fairness, incast, loss, deadlock, storm, fabric: summary tables, CSV, SVG plots |
 //! | [`plot`] | SVG line charts |
+//! | [`queue`] | the event queue: a timing wheel, a heap beyond its horizon |
 //! | [`pfc`] | 802.1Qbb PFC frames (`uroce_wire::pfc`) on the simulated wire |
 //! | [`topology`] | dumbbell, N:1 incast, leaf-spine, ring |
 //! | [`switch`] | the switch model (buffer, queues, ECN, PFC, watchdog), event-loop free |
@@ -17,6 +18,7 @@
 pub mod fabric;
 pub mod pfc;
 pub mod plot;
+pub mod queue;
 pub mod scenario;
 pub mod switch;
 pub mod topology;
