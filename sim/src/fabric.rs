@@ -549,6 +549,7 @@ impl Fabric {
     pub fn run_until(&mut self, until: Instant) -> u64 {
         let start = self.events_handled;
         while let Some((at, ev)) = self.events.pop_until(until.as_nanos()) {
+            debug_assert!(at >= self.now.as_nanos(), "time runs forward");
             self.now = Instant::from_nanos(at);
             self.events_handled += 1;
             self.handle(ev);
