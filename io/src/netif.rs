@@ -458,14 +458,22 @@ fn channels(name: &str) -> io::Result<u32> {
     Ok(ch[5] + ch[8])
 }
 
-/// IPv4 and IPv6 addresses of `name` (`getifaddrs`).
-fn addresses(name: &str) -> io::Result<(Vec<Ipv4Addr>, Vec<Ipv6Addr>)> {
+/// One IP address of an interface, from `getifaddrs`.
+struct IfAddr {
+    name: String,
+    flags: i32,
+    ip: IpAddr,
+}
+
+/// Every IPv4 and IPv6 address of every interface (`getifaddrs`, in the calling thread's
+/// network namespace).
+fn if_addrs() -> io::Result<Vec<IfAddr>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list head we free below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    let mut out = Vec::new();
     let mut p = head;
     while !p.is_null() {
         // SAFETY: `p` is a node of the list getifaddrs returned, valid until freeifaddrs.
@@ -474,25 +482,51 @@ fn addresses(name: &str) -> io::Result<(Vec<Ipv4Addr>, Vec<Ipv6Addr>)> {
         if ifa.ifa_name.is_null() || ifa.ifa_addr.is_null() {
             continue;
         }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-        if n.to_bytes() != name.as_bytes() {
-            continue;
-        }
         // SAFETY: ifa_addr points at a sockaddr whose family field is readable.
         let fam = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-        if fam == libc::AF_INET {
+        let ip = if fam == libc::AF_INET {
             // SAFETY: the family says it is a sockaddr_in.
             let sin = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() };
-            v4.push(Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()));
+            IpAddr::V4(Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes()))
         } else if fam == libc::AF_INET6 {
             // SAFETY: the family says it is a sockaddr_in6.
             let sin6 = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in6>() };
-            v6.push(Ipv6Addr::from(sin6.sin6_addr.s6_addr));
-        }
+            IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr))
+        } else {
+            continue;
+        };
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+        out.push(IfAddr { name, flags: ifa.ifa_flags as i32, ip });
     }
     // SAFETY: `head` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
+/// Interfaces that are UP, not loopback and have an IPv4 or IPv6 address, in interface-index
+/// order (in the calling thread's network namespace).
+pub fn up_interfaces() -> io::Result<Vec<String>> {
+    let mut names: Vec<String> = Vec::new();
+    for a in if_addrs()? {
+        if a.flags & libc::IFF_UP != 0 && a.flags & libc::IFF_LOOPBACK == 0 && !names.contains(&a.name) {
+            names.push(a.name);
+        }
+    }
+    let mut indexed: Vec<(u32, String)> = names.into_iter().filter_map(|n| ifindex(&n).ok().map(|i| (i, n))).collect();
+    indexed.sort();
+    Ok(indexed.into_iter().map(|(_, n)| n).collect())
+}
+
+/// IPv4 and IPv6 addresses of `name` (`getifaddrs`).
+fn addresses(name: &str) -> io::Result<(Vec<Ipv4Addr>, Vec<Ipv6Addr>)> {
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for a in if_addrs()?.into_iter().filter(|a| a.name == name) {
+        match a.ip {
+            IpAddr::V4(x) => v4.push(x),
+            IpAddr::V6(x) => v6.push(x),
+        }
+    }
     Ok((v4, v6))
 }
 

@@ -1,0 +1,126 @@
+//! The C entry points under misuse and at their edges, called as a C program would: a NULL,
+//! foreign or destroyed handle is an error code (or NULL and `errno`), never a crash; empty GID
+//! slots answer as rdma-core answers them; the compat `ibv_query_port` writes only its 48
+//! bytes. Runs on the loopback interface (`UROCE_IFACES=lo`), which every machine has.
+
+use core::ffi::{c_int, CStr};
+use core::ptr::null_mut;
+use uroce_verbs::abi::*;
+use uroce_verbs::device::*;
+use uroce_verbs::stubs;
+
+fn errno() -> c_int {
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+#[test]
+fn handles_are_checked_and_edges_answer_as_rdma_core() {
+    // One test function: the environment is process-wide.
+    std::env::set_var("UROCE_IFACES", "lo");
+    // SAFETY: every call below passes either valid pointers or deliberately bad handles,
+    // which is what is being tested: the library must not dereference those.
+    unsafe {
+        let mut n = -1;
+        let list = ibv_get_device_list(&mut n);
+        assert!(!list.is_null());
+        assert_eq!(n, 1);
+        assert!((*list.add(1)).is_null(), "NULL-terminated");
+        let dev = *list;
+        assert_eq!(CStr::from_ptr(ibv_get_device_name(dev)).to_str().unwrap(), "uroce_lo");
+        // the same device object on every list
+        let again = ibv_get_device_list(null_mut());
+        assert_eq!(*again, dev);
+        ibv_free_device_list(again);
+
+        // bad handles
+        let mut junk = [0u8; 1024];
+        let foreign = junk.as_mut_ptr().cast::<IbvDevice>();
+        assert!(ibv_open_device(null_mut()).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        assert!(ibv_open_device(foreign).is_null());
+        assert!(ibv_get_device_name(foreign).is_null());
+        assert_eq!(ibv_get_device_guid(foreign), 0);
+        assert_eq!(ibv_close_device(null_mut()), libc::EINVAL);
+        assert_eq!(ibv_close_device(foreign.cast()), libc::EINVAL);
+        let mut attr: DeviceAttr = core::mem::zeroed();
+        assert_eq!(ibv_query_device(foreign.cast(), &mut attr), libc::EINVAL);
+        assert!(ibv_alloc_pd(foreign.cast()).is_null());
+        assert_eq!(ibv_dealloc_pd(foreign.cast()), libc::EINVAL);
+
+        // a real context
+        let ctx = ibv_open_device(dev);
+        assert!(!ctx.is_null());
+        let vctx = ctx.cast::<u8>().sub(320).cast::<VerbsContext>();
+        assert_eq!((*vctx).sz, 648);
+        assert_eq!((*ctx).abi_compat as usize, usize::MAX);
+        assert_eq!((*ctx).cmd_fd, -1);
+        assert!((*ctx).async_fd >= 0);
+        assert_eq!(ibv_query_device(ctx, &mut attr), 0);
+        assert_eq!(attr.phys_port_cnt, 1);
+        assert_eq!(attr.max_qp_rd_atom, 128);
+        assert_eq!(ibv_query_device(ctx, null_mut()), libc::EINVAL);
+
+        // query_port: the extended op fills all 56 bytes, the compat export only 48
+        let mut full = [0xaau8; 64];
+        let qp = (*vctx).query_port.expect("query_port op");
+        assert_eq!(qp(ctx, 1, full.as_mut_ptr().cast(), 56), 0);
+        let p = full.as_ptr().cast::<PortAttr>().read_unaligned();
+        assert_eq!((p.state, p.link_layer, p.gid_tbl_len), (4, 2, GID_TABLE_LEN as c_int));
+        assert_eq!(full[56..], [0xaa; 8], "nothing past the caller's length");
+        let mut compat = [0xaau8; 64];
+        assert_eq!(ibv_query_port(ctx, 1, compat.as_mut_ptr().cast()), 0);
+        assert_eq!(compat[..48], full[..48]);
+        assert_eq!(compat[48..], [0xaa; 16]);
+        assert_eq!(ibv_query_port(ctx, 2, compat.as_mut_ptr().cast()), libc::EINVAL, "one port");
+        assert_eq!(qp(ctx, 1, null_mut(), 56), libc::EINVAL);
+
+        // GIDs: lo has 127.0.0.1 (and ::1): slot 1 is ::ffff:127.0.0.1; empty slots 0/ENODATA
+        let mut gid = [0xffu8; 16];
+        assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
+        assert_eq!(gid, std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped().octets());
+        let last = GID_TABLE_LEN as c_int - 1;
+        assert_eq!(ibv_query_gid(ctx, 1, last, &mut gid), 0);
+        assert_eq!(gid, [0; 16], "an empty slot is a zero GID");
+        assert_eq!(ibv_query_gid(ctx, 1, last + 1, &mut gid), -1);
+        assert_eq!(ibv_query_gid(ctx, 1, -1, &mut gid), -1);
+        let mut e = GidEntry::default();
+        let sz = core::mem::size_of::<GidEntry>();
+        assert_eq!(_ibv_query_gid_ex(ctx, 1, 1, &mut e, 0, sz), 0);
+        assert_eq!((e.gid_index, e.port_num, e.gid_type), (1, 1, GID_TYPE_ROCE_V2));
+        assert_eq!(_ibv_query_gid_ex(ctx, 1, last as u32, &mut e, 0, sz), libc::ENODATA);
+        assert_eq!(_ibv_query_gid_ex(ctx, 1, 1, &mut e, 0, sz - 1), libc::EINVAL, "entry too small");
+        assert_eq!(_ibv_query_gid_ex(ctx, 1, 1, &mut e, 1, sz), libc::EINVAL, "unknown flags");
+        let mut ty = -1;
+        assert_eq!(ibv_query_gid_type(ctx, 1, 0, &mut ty), 0);
+        assert_eq!(ty, GID_TYPE_SYSFS_ROCE_V2);
+        let mut pkey = 0u16;
+        assert_eq!(ibv_query_pkey(ctx, 1, 0, &mut pkey), 0);
+        assert_eq!(u16::from_be(pkey), 0xffff);
+        assert_eq!(ibv_query_pkey(ctx, 1, 1, &mut pkey), libc::EINVAL);
+        assert_eq!(ibv_get_pkey_index(ctx, 1, 0xffffu16.to_be()), 0);
+
+        // the datapath ops fail cleanly until QPs exist
+        let ops = &(*ctx).ops;
+        assert!(ops.poll_cq.expect("poll_cq")(null_mut(), 1, null_mut()) < 0);
+        let mut bad = null_mut();
+        let wr = 0x1234usize as *mut core::ffi::c_void;
+        assert_eq!(ops.post_send.expect("post_send")(null_mut(), wr, &mut bad), libc::EOPNOTSUPP);
+        assert_eq!(bad, wr, "bad_wr names the first WR");
+        assert!(stubs::ibv_create_cq().is_null());
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+
+        // PDs, then destroyed handles
+        let pd = ibv_alloc_pd(ctx);
+        assert!(!pd.is_null());
+        assert_eq!((*pd).context, ctx);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        assert_eq!(ibv_dealloc_pd(pd), libc::EINVAL, "a PD freed twice");
+        assert_eq!(ibv_close_device(ctx), 0);
+        assert_eq!(ibv_close_device(ctx), libc::EINVAL, "a context closed twice");
+        assert_eq!(ibv_query_device(ctx, &mut attr), libc::EINVAL);
+        assert_eq!(ibv_query_gid(ctx, 1, 0, &mut gid), -1);
+        ibv_free_device_list(list);
+        ibv_free_device_list(null_mut());
+    }
+}
