@@ -136,6 +136,9 @@ enum Before {
     Error,
 }
 
+/// Ethernet + IPv4 + UDP + BTH: the bytes the field edits below touch.
+const HEADERS: usize = 14 + 20 + 8 + 12;
+
 /// The edited stream: frames, and per frame what to do to the responders first.
 fn apply(frames: &[Vec<u8>], edits: &[Edit], reseal_them: bool) -> Vec<(Option<Before>, Vec<u8>)> {
     let mut s: Vec<(Option<Before>, Vec<u8>)> = frames.iter().map(|f| (None, f.clone())).collect();
@@ -159,32 +162,50 @@ fn apply(frames: &[Vec<u8>], edits: &[Edit], reseal_them: bool) -> Vec<(Option<B
             }
             Edit::Psn { i, d } => {
                 let f = &mut s[i % n].1;
+                if f.len() < HEADERS {
+                    continue; // cut short by an earlier edit: no such field any more
+                }
                 let psn = u32::from_be_bytes([0, f[51], f[52], f[53]]).wrapping_add_signed(d) & 0xff_ffff;
                 f[51..54].copy_from_slice(&psn.to_be_bytes()[1..]);
                 fix(f);
             }
             Edit::Qpn { i, x } => {
                 let f = &mut s[i % n].1;
+                if f.len() < HEADERS {
+                    continue; // cut short by an earlier edit: no such field any more
+                }
                 f[47] ^= x as u8;
                 fix(f);
             }
             Edit::Opcode { i, op } => {
                 let f = &mut s[i % n].1;
+                if f.len() < HEADERS {
+                    continue; // cut short by an earlier edit: no such field any more
+                }
                 f[42] = op;
                 fix(f);
             }
             Edit::Pkey { i, k } => {
                 let f = &mut s[i % n].1;
+                if f.len() < HEADERS {
+                    continue; // cut short by an earlier edit: no such field any more
+                }
                 f[44..46].copy_from_slice(&k.to_be_bytes());
                 fix(f);
             }
             Edit::AckReq { i } => {
                 let f = &mut s[i % n].1;
+                if f.len() < HEADERS {
+                    continue; // cut short by an earlier edit: no such field any more
+                }
                 f[50] |= 0x80;
                 fix(f);
             }
             Edit::Addr { i, at, x } => {
                 let f = &mut s[i % n].1;
+                if f.len() < HEADERS {
+                    continue; // cut short by an earlier edit: no such field any more
+                }
                 f[26 + at] ^= x;
                 fix(f);
             }
