@@ -275,6 +275,305 @@ pub struct IbvPd {
     pub handle: u32,
 }
 
+/// `struct ibv_mr` (48 bytes).
+#[repr(C)]
+pub struct IbvMr {
+    /// `context`.
+    pub context: *mut IbvContext,
+    /// `pd`.
+    pub pd: *mut IbvPd,
+    /// `addr`.
+    pub addr: *mut c_void,
+    /// `length`.
+    pub length: usize,
+    /// `handle`.
+    pub handle: u32,
+    /// `lkey`.
+    pub lkey: u32,
+    /// `rkey`.
+    pub rkey: u32,
+}
+
+/// `struct ibv_comp_channel` (16 bytes).
+#[repr(C)]
+pub struct IbvCompChannel {
+    /// `context`.
+    pub context: *mut IbvContext,
+    /// `fd`.
+    pub fd: c_int,
+    /// `refcnt`.
+    pub refcnt: c_int,
+}
+
+/// `struct ibv_cq` (128 bytes).
+#[repr(C)]
+pub struct IbvCq {
+    /// `context`.
+    pub context: *mut IbvContext,
+    /// `channel`.
+    pub channel: *mut IbvCompChannel,
+    /// `cq_context`.
+    pub cq_context: *mut c_void,
+    /// `handle`.
+    pub handle: u32,
+    /// `cqe`.
+    pub cqe: c_int,
+    /// `mutex`.
+    pub mutex: libc::pthread_mutex_t,
+    /// `cond`.
+    pub cond: libc::pthread_cond_t,
+    /// `comp_events_completed`.
+    pub comp_events_completed: u32,
+    /// `async_events_completed`.
+    pub async_events_completed: u32,
+}
+
+/// `struct ibv_qp` (160 bytes).
+#[repr(C)]
+pub struct IbvQp {
+    /// `context`.
+    pub context: *mut IbvContext,
+    /// `qp_context`.
+    pub qp_context: *mut c_void,
+    /// `pd`.
+    pub pd: *mut IbvPd,
+    /// `send_cq`.
+    pub send_cq: *mut IbvCq,
+    /// `recv_cq`.
+    pub recv_cq: *mut IbvCq,
+    /// `srq`.
+    pub srq: *mut c_void,
+    /// `handle`.
+    pub handle: u32,
+    /// `qp_num`.
+    pub qp_num: u32,
+    /// `state` (`enum ibv_qp_state`).
+    pub state: c_int,
+    /// `qp_type` (`IBV_QPT_RC` = 2).
+    pub qp_type: c_int,
+    /// `mutex`.
+    pub mutex: libc::pthread_mutex_t,
+    /// `cond`.
+    pub cond: libc::pthread_cond_t,
+    /// `events_completed`.
+    pub events_completed: u32,
+}
+
+/// `struct ibv_qp_cap` (20 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct QpCapC {
+    /// `max_send_wr`.
+    pub max_send_wr: u32,
+    /// `max_recv_wr`.
+    pub max_recv_wr: u32,
+    /// `max_send_sge`.
+    pub max_send_sge: u32,
+    /// `max_recv_sge`.
+    pub max_recv_sge: u32,
+    /// `max_inline_data`.
+    pub max_inline_data: u32,
+}
+
+/// `struct ibv_qp_init_attr` (64 bytes).
+#[repr(C)]
+pub struct QpInitAttrC {
+    /// `qp_context`.
+    pub qp_context: *mut c_void,
+    /// `send_cq`.
+    pub send_cq: *mut IbvCq,
+    /// `recv_cq`.
+    pub recv_cq: *mut IbvCq,
+    /// `srq`.
+    pub srq: *mut c_void,
+    /// `cap`.
+    pub cap: QpCapC,
+    /// `qp_type`.
+    pub qp_type: c_int,
+    /// `sq_sig_all`.
+    pub sq_sig_all: c_int,
+}
+
+/// `struct ibv_global_route` (24 bytes). Aligned to 8 as in C, where `union ibv_gid` has 64-bit members.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default)]
+pub struct GlobalRoute {
+    /// `dgid`.
+    pub dgid: Gid,
+    /// `flow_label`.
+    pub flow_label: u32,
+    /// `sgid_index`.
+    pub sgid_index: u8,
+    /// `hop_limit`.
+    pub hop_limit: u8,
+    /// `traffic_class`.
+    pub traffic_class: u8,
+}
+
+/// `struct ibv_ah_attr` (32 bytes). Aligned to 8 as in C, where `union ibv_gid` has 64-bit members.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default)]
+pub struct AhAttrC {
+    /// `grh`.
+    pub grh: GlobalRoute,
+    /// `dlid`.
+    pub dlid: u16,
+    /// `sl`.
+    pub sl: u8,
+    /// `src_path_bits`.
+    pub src_path_bits: u8,
+    /// `static_rate`.
+    pub static_rate: u8,
+    /// `is_global`.
+    pub is_global: u8,
+    /// `port_num`.
+    pub port_num: u8,
+}
+
+/// `struct ibv_qp_attr` (144 bytes). Aligned to 8 as in C, where `union ibv_gid` has 64-bit members.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default)]
+pub struct QpAttrC {
+    /// `qp_state`.
+    pub qp_state: c_int,
+    /// `cur_qp_state`.
+    pub cur_qp_state: c_int,
+    /// `path_mtu`.
+    pub path_mtu: c_int,
+    /// `path_mig_state`.
+    pub path_mig_state: c_int,
+    /// `qkey`.
+    pub qkey: u32,
+    /// `rq_psn`.
+    pub rq_psn: u32,
+    /// `sq_psn`.
+    pub sq_psn: u32,
+    /// `dest_qp_num`.
+    pub dest_qp_num: u32,
+    /// `qp_access_flags`.
+    pub qp_access_flags: u32,
+    /// `cap`.
+    pub cap: QpCapC,
+    /// `ah_attr`.
+    pub ah_attr: AhAttrC,
+    /// `alt_ah_attr`.
+    pub alt_ah_attr: AhAttrC,
+    /// `pkey_index`.
+    pub pkey_index: u16,
+    /// `alt_pkey_index`.
+    pub alt_pkey_index: u16,
+    /// `en_sqd_async_notify`.
+    pub en_sqd_async_notify: u8,
+    /// `sq_draining`.
+    pub sq_draining: u8,
+    /// `max_rd_atomic`.
+    pub max_rd_atomic: u8,
+    /// `max_dest_rd_atomic`.
+    pub max_dest_rd_atomic: u8,
+    /// `min_rnr_timer`.
+    pub min_rnr_timer: u8,
+    /// `port_num`.
+    pub port_num: u8,
+    /// `timeout`.
+    pub timeout: u8,
+    /// `retry_cnt`.
+    pub retry_cnt: u8,
+    /// `rnr_retry`.
+    pub rnr_retry: u8,
+    /// `alt_port_num`.
+    pub alt_port_num: u8,
+    /// `alt_timeout`.
+    pub alt_timeout: u8,
+    /// `rate_limit`.
+    pub rate_limit: u32,
+}
+
+/// `struct ibv_sge` (16 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct SgeC {
+    /// `addr`.
+    pub addr: u64,
+    /// `length`.
+    pub length: u32,
+    /// `lkey`.
+    pub lkey: u32,
+}
+
+/// `struct ibv_send_wr` (128 bytes).
+#[repr(C)]
+pub struct SendWrC {
+    /// `wr_id`.
+    pub wr_id: u64,
+    /// `next`.
+    pub next: *mut SendWrC,
+    /// `sg_list`.
+    pub sg_list: *mut SgeC,
+    /// `num_sge`.
+    pub num_sge: c_int,
+    /// `opcode` (`enum ibv_wr_opcode`).
+    pub opcode: c_int,
+    /// `send_flags`.
+    pub send_flags: u32,
+    /// `imm_data` (network order) or `invalidate_rkey`.
+    pub imm_data: u32,
+    /// `wr.rdma.remote_addr` / `wr.atomic.remote_addr` (`wr.ud.ah` for UD).
+    pub remote_addr: u64,
+    /// `wr.rdma.rkey` (its low 32 bits) or `wr.atomic.compare_add`.
+    pub rkey_or_compare_add: u64,
+    /// `wr.atomic.swap`.
+    pub swap: u64,
+    /// `wr.atomic.rkey`.
+    pub atomic_rkey: u32,
+    /// the rest of `wr`, `qp_type` and the `bind_mw`/`tso` union.
+    pub _rest: [u32; 15],
+}
+
+/// `struct ibv_recv_wr` (32 bytes).
+#[repr(C)]
+pub struct RecvWrC {
+    /// `wr_id`.
+    pub wr_id: u64,
+    /// `next`.
+    pub next: *mut RecvWrC,
+    /// `sg_list`.
+    pub sg_list: *mut SgeC,
+    /// `num_sge`.
+    pub num_sge: c_int,
+}
+
+/// `struct ibv_wc` (48 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct WcC {
+    /// `wr_id`.
+    pub wr_id: u64,
+    /// `status`.
+    pub status: c_int,
+    /// `opcode`.
+    pub opcode: c_int,
+    /// `vendor_err`.
+    pub vendor_err: u32,
+    /// `byte_len`.
+    pub byte_len: u32,
+    /// `imm_data` / `invalidated_rkey`.
+    pub imm_data: u32,
+    /// `qp_num`.
+    pub qp_num: u32,
+    /// `src_qp`.
+    pub src_qp: u32,
+    /// `wc_flags`.
+    pub wc_flags: u32,
+    /// `pkey_index`.
+    pub pkey_index: u16,
+    /// `slid`.
+    pub slid: u16,
+    /// `sl`.
+    pub sl: u8,
+    /// `dlid_path_bits`.
+    pub dlid_path_bits: u8,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,5 +597,14 @@ mod tests {
         assert_eq!(size_of::<PortAttr>(), 56);
         assert_eq!(offset_of!(PortAttr, port_cap_flags2), 48);
         assert_eq!(size_of::<GidEntry>(), 32);
+        assert_eq!(size_of::<IbvMr>(), 48);
+        assert_eq!(size_of::<IbvCq>(), 128);
+        assert_eq!(size_of::<IbvQp>(), 160);
+        assert_eq!(size_of::<QpInitAttrC>(), 64);
+        assert_eq!(size_of::<QpAttrC>(), 144);
+        assert_eq!(size_of::<SendWrC>(), 128);
+        assert_eq!(offset_of!(SendWrC, atomic_rkey), 64);
+        assert_eq!(size_of::<RecvWrC>(), 32);
+        assert_eq!(size_of::<WcC>(), 48);
     }
 }

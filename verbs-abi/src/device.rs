@@ -3,9 +3,9 @@
 //!
 //! A device is an interface: every UP, non-loopback interface with an address, in interface
 //! index order, or the ones `UROCE_IFACES=eth0,eth1` names (in that order). Its name is
-//! `uroce_<interface>`. Its GID table is the engine's (`DeviceConfig::new`: index 0 the
-//! link-local GID from the MAC, then the IPv4-mapped addresses, then the other IPv6 ones), all
-//! RoCEv2; its node GUID the MAC's EUI-64; its one port ACTIVE, Ethernet, with the path MTU rxe
+//! `uroce_<interface>`. Its GID table is the one the engine's port gets
+//! (`uroce_io::runtime::connect::gid_table`: rxe's order, index 0 the link-local GID, then the
+//! IPv4-mapped addresses, then the other IPv6 ones), all RoCEv2; its node GUID the MAC's EUI-64; its one port ACTIVE, Ethernet, with the path MTU rxe
 //! would give the interface's MTU.
 //!
 //! Every handle a program passes in is looked up in a registry before it is used: a NULL,
@@ -15,11 +15,9 @@ use crate::abi::*;
 use crate::{set_errno, Registry};
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::ptr::null_mut;
-use std::net::IpAddr;
 use std::sync::Mutex;
 use uroce_io::netif::{self, Interface};
 use uroce_transport::verbs::{Gid as EngineGid, Mtu};
-use uroce_transport::DeviceConfig;
 
 /// GID table slots a port reports (`gid_tbl_len`); the ones past the device's addresses are
 /// empty, answered as rdma-core answers empty slots.
@@ -44,13 +42,8 @@ pub struct Device {
 
 impl Device {
     fn new(iface: Interface) -> Device {
-        let ips: Vec<IpAddr> = iface
-            .ipv4
-            .iter()
-            .map(|a| IpAddr::V4(*a))
-            .chain(iface.ipv6.iter().filter(|a| (a.segments()[0] & 0xffc0) != 0xfe80).map(|a| IpAddr::V6(*a)))
-            .collect();
-        let mut gids = DeviceConfig::new(iface.mac, &ips).gids;
+        // the table the engine's port will have when the device is used (one rule for both)
+        let mut gids = uroce_io::runtime::connect::gid_table(iface.mac, &iface.addresses());
         gids.truncate(GID_TABLE_LEN);
         let m = iface.mac.0;
         let guid = [m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]];
@@ -136,29 +129,27 @@ pub struct Context {
     pub vctx: VerbsContext,
     /// The device.
     pub dev: &'static Device,
+    /// The engine and its progress thread, started on first use ([`crate::datapath`]).
+    pub runtime: std::sync::OnceLock<Result<uroce_io::runtime::Runtime, c_int>>,
 }
 
 /// Open contexts, by the address of their `ibv_context`.
 pub static CONTEXTS: Registry<Context> = Registry::new();
 /// Live protection domains, by address.
-pub static PDS: Registry<IbvPd> = Registry::new();
+pub static PDS: Registry<crate::datapath::Pd> = Registry::new();
 
 /// The context behind `ctx`, if it is an open one of ours.
 pub fn context<'a>(ctx: *mut IbvContext) -> Option<&'a Context> {
     CONTEXTS.get(ctx.cast())
 }
 
-// The datapath ops until QPs exist: each fails as its verb documents (a negative count for
-// poll_cq, an error number and `*bad_wr` for the posts), never a jump through NULL.
-unsafe extern "C" fn poll_cq_missing(_cq: *mut c_void, _n: c_int, _wc: *mut c_void) -> c_int {
-    -libc::EOPNOTSUPP
-}
+// Until an SRQ or a CQ event exists, these fail as their verbs document.
 unsafe extern "C" fn req_notify_missing(_cq: *mut c_void, _solicited: c_int) -> c_int {
     libc::EOPNOTSUPP
 }
-unsafe extern "C" fn post_missing(_q: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn post_srq_missing(_q: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
     if !bad.is_null() {
-        // SAFETY: `bad` is the caller's `struct ibv_*_wr **`.
+        // SAFETY: `bad` is the caller's `struct ibv_recv_wr **`.
         unsafe { *bad = wr };
     }
     libc::EOPNOTSUPP
@@ -240,12 +231,12 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext
     c.async_fd = async_fd;
     c.num_comp_vectors = 1;
     c.abi_compat = usize::MAX as *mut c_void;
-    c.ops.poll_cq = Some(poll_cq_missing);
+    c.ops.poll_cq = Some(crate::datapath::poll_cq);
     c.ops.req_notify_cq = Some(req_notify_missing);
-    c.ops.post_srq_recv = Some(post_missing);
-    c.ops.post_send = Some(post_missing);
-    c.ops.post_recv = Some(post_missing);
-    let ctx = Box::into_raw(Box::new(Context { vctx, dev: d }));
+    c.ops.post_srq_recv = Some(post_srq_missing);
+    c.ops.post_send = Some(crate::datapath::post_send);
+    c.ops.post_recv = Some(crate::datapath::post_recv);
+    let ctx = Box::into_raw(Box::new(Context { vctx, dev: d, runtime: std::sync::OnceLock::new() }));
     // SAFETY: `ctx` is a fresh allocation; the mutex is initialised in place, once.
     unsafe { libc::pthread_mutex_init(&mut (*ctx).vctx.context.mutex, core::ptr::null()) };
     // SAFETY: as above.
@@ -449,32 +440,5 @@ pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut IbvContext, port: u8, pkey
         0
     } else {
         -1
-    }
-}
-
-/// `ibv_alloc_pd(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut IbvContext) -> *mut IbvPd {
-    if context(ctx).is_none() {
-        set_errno(libc::EINVAL);
-        return null_mut();
-    }
-    static NEXT: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(1);
-    let handle = NEXT.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-    let pd = Box::into_raw(Box::new(IbvPd { context: ctx, handle }));
-    PDS.insert(pd.cast(), pd);
-    pd
-}
-
-/// `ibv_dealloc_pd(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int {
-    match PDS.remove(pd.cast()) {
-        // SAFETY: removed from the registry: the one owner.
-        Some(p) => {
-            drop(unsafe { Box::from_raw(p) });
-            0
-        }
-        None => libc::EINVAL,
     }
 }

@@ -56,14 +56,9 @@ macro_rules! returns_nothing {
 // Public verbs not implemented yet.
 returns_null!(
     ibv_create_comp_channel,
-    ibv_create_cq,
     ibv_create_srq,
-    ibv_create_qp,
     ibv_create_ah,
     ibv_create_ah_from_wc,
-    ibv_reg_mr,
-    ibv_reg_mr_iova,
-    ibv_reg_mr_iova2,
     ibv_reg_dmabuf_mr,
     ibv_qp_to_qp_ex,
     ibv_import_device,
@@ -73,16 +68,11 @@ returns_null!(
 );
 returns_errno!(
     ibv_destroy_comp_channel,
-    ibv_destroy_cq,
     ibv_resize_cq,
     ibv_destroy_srq,
     ibv_modify_srq,
     ibv_query_srq,
-    ibv_destroy_qp,
-    ibv_modify_qp,
-    ibv_query_qp,
     ibv_destroy_ah,
-    ibv_dereg_mr,
     ibv_rereg_mr,
     ibv_attach_mcast,
     ibv_detach_mcast,
@@ -100,7 +90,7 @@ returns_minus_one!(
     ibv_rate_to_mbps,
     mbps_to_ibv_rate
 );
-returns_nothing!(ibv_ack_cq_events, ibv_ack_async_event, ibv_unimport_pd, ibv_unimport_mr, ibv_unimport_dm);
+returns_nothing!(ibv_ack_async_event, ibv_unimport_pd, ibv_unimport_mr, ibv_unimport_dm);
 
 /// `_ibv_query_gid_table`: a negative error number (it returns `ssize_t`).
 #[no_mangle]

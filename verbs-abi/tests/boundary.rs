@@ -6,6 +6,7 @@
 use core::ffi::{c_int, CStr};
 use core::ptr::null_mut;
 use uroce_verbs::abi::*;
+use uroce_verbs::datapath::{ibv_alloc_pd, ibv_dealloc_pd};
 use uroce_verbs::device::*;
 use uroce_verbs::stubs;
 
@@ -16,8 +17,11 @@ fn errno() -> c_int {
 
 #[test]
 fn handles_are_checked_and_edges_answer_as_rdma_core() {
-    // One test function: the environment is process-wide.
+    // One test function: the environment is process-wide. The engine (started by the first
+    // PD) uses kernel UDP on a port of its own, away from other tests' 4791.
     std::env::set_var("UROCE_IFACES", "lo");
+    std::env::set_var("UROCE_BACKEND", "udp");
+    std::env::set_var("UROCE_UDP_PORT", (40000 + std::process::id() % 20000).to_string());
     // SAFETY: every call below passes either valid pointers or deliberately bad handles,
     // which is what is being tested: the library must not dereference those.
     unsafe {
@@ -100,14 +104,18 @@ fn handles_are_checked_and_edges_answer_as_rdma_core() {
         assert_eq!(ibv_query_pkey(ctx, 1, 1, &mut pkey), libc::EINVAL);
         assert_eq!(ibv_get_pkey_index(ctx, 1, 0xffffu16.to_be()), 0);
 
-        // the datapath ops fail cleanly until QPs exist
+        // the datapath ops on handles that are not QPs or CQs
         let ops = &(*ctx).ops;
         assert!(ops.poll_cq.expect("poll_cq")(null_mut(), 1, null_mut()) < 0);
+        assert!(ops.poll_cq.expect("poll_cq")(junk.as_mut_ptr().cast(), 1, null_mut()) < 0);
         let mut bad = null_mut();
         let wr = 0x1234usize as *mut core::ffi::c_void;
-        assert_eq!(ops.post_send.expect("post_send")(null_mut(), wr, &mut bad), libc::EOPNOTSUPP);
+        assert_eq!(ops.post_send.expect("post_send")(null_mut(), wr, &mut bad), libc::EINVAL);
         assert_eq!(bad, wr, "bad_wr names the first WR");
-        assert!(stubs::ibv_create_cq().is_null());
+        bad = null_mut();
+        assert_eq!(ops.post_recv.expect("post_recv")(junk.as_mut_ptr().cast(), wr, &mut bad), libc::EINVAL);
+        assert_eq!(bad, wr);
+        assert!(stubs::ibv_create_srq().is_null());
         assert_eq!(errno(), libc::EOPNOTSUPP);
 
         // PDs, then destroyed handles

@@ -36,6 +36,24 @@ int main(void) {
     S(ibv_gid_entry) O(ibv_gid_entry, gid_index) O(ibv_gid_entry, port_num) O(ibv_gid_entry, gid_type)
     O(ibv_gid_entry, ndev_ifindex)
     S(ibv_pd) O(ibv_pd, handle)
+    S(ibv_mr) O(ibv_mr, addr) O(ibv_mr, length) O(ibv_mr, lkey) O(ibv_mr, rkey)
+    S(ibv_comp_channel) O(ibv_comp_channel, fd)
+    S(ibv_cq) O(ibv_cq, cq_context) O(ibv_cq, cqe) O(ibv_cq, mutex) O(ibv_cq, cond) O(ibv_cq, async_events_completed)
+    S(ibv_qp) O(ibv_qp, srq) O(ibv_qp, qp_num) O(ibv_qp, state) O(ibv_qp, qp_type) O(ibv_qp, mutex)
+    O(ibv_qp, events_completed)
+    S(ibv_qp_init_attr) O(ibv_qp_init_attr, cap) O(ibv_qp_init_attr, qp_type) O(ibv_qp_init_attr, sq_sig_all)
+    S(ibv_ah_attr) O(ibv_ah_attr, dlid) O(ibv_ah_attr, sl) O(ibv_ah_attr, is_global) O(ibv_ah_attr, port_num)
+    S(ibv_global_route) O(ibv_global_route, flow_label) O(ibv_global_route, sgid_index)
+    O(ibv_global_route, traffic_class)
+    S(ibv_qp_attr) O(ibv_qp_attr, qkey) O(ibv_qp_attr, dest_qp_num) O(ibv_qp_attr, cap) O(ibv_qp_attr, ah_attr)
+    O(ibv_qp_attr, alt_ah_attr) O(ibv_qp_attr, pkey_index) O(ibv_qp_attr, max_rd_atomic) O(ibv_qp_attr, timeout)
+    O(ibv_qp_attr, rnr_retry) O(ibv_qp_attr, alt_timeout) O(ibv_qp_attr, rate_limit)
+    S(ibv_sge) S(ibv_recv_wr) O(ibv_recv_wr, num_sge)
+    S(ibv_send_wr) O(ibv_send_wr, num_sge) O(ibv_send_wr, opcode) O(ibv_send_wr, send_flags) O(ibv_send_wr, imm_data)
+    O(ibv_send_wr, wr.rdma.remote_addr) O(ibv_send_wr, wr.rdma.rkey) O(ibv_send_wr, wr.atomic.compare_add)
+    O(ibv_send_wr, wr.atomic.swap) O(ibv_send_wr, wr.atomic.rkey)
+    S(ibv_wc) O(ibv_wc, status) O(ibv_wc, opcode) O(ibv_wc, byte_len) O(ibv_wc, imm_data) O(ibv_wc, qp_num)
+    O(ibv_wc, src_qp) O(ibv_wc, wc_flags) O(ibv_wc, pkey_index) O(ibv_wc, sl)
     return 0;
 }
 "#;
@@ -106,6 +124,74 @@ fn rust_layout() -> BTreeMap<String, usize> {
     s("offset ibv_gid_entry.ndev_ifindex", offset_of!(GidEntry, ndev_ifindex));
     s("size ibv_pd", size_of::<IbvPd>());
     s("offset ibv_pd.handle", offset_of!(IbvPd, handle));
+    s("size ibv_mr", size_of::<IbvMr>());
+    s("offset ibv_mr.addr", offset_of!(IbvMr, addr));
+    s("offset ibv_mr.length", offset_of!(IbvMr, length));
+    s("offset ibv_mr.lkey", offset_of!(IbvMr, lkey));
+    s("offset ibv_mr.rkey", offset_of!(IbvMr, rkey));
+    s("size ibv_comp_channel", size_of::<IbvCompChannel>());
+    s("offset ibv_comp_channel.fd", offset_of!(IbvCompChannel, fd));
+    s("size ibv_cq", size_of::<IbvCq>());
+    s("offset ibv_cq.cq_context", offset_of!(IbvCq, cq_context));
+    s("offset ibv_cq.cqe", offset_of!(IbvCq, cqe));
+    s("offset ibv_cq.mutex", offset_of!(IbvCq, mutex));
+    s("offset ibv_cq.cond", offset_of!(IbvCq, cond));
+    s("offset ibv_cq.async_events_completed", offset_of!(IbvCq, async_events_completed));
+    s("size ibv_qp", size_of::<IbvQp>());
+    s("offset ibv_qp.srq", offset_of!(IbvQp, srq));
+    s("offset ibv_qp.qp_num", offset_of!(IbvQp, qp_num));
+    s("offset ibv_qp.state", offset_of!(IbvQp, state));
+    s("offset ibv_qp.qp_type", offset_of!(IbvQp, qp_type));
+    s("offset ibv_qp.mutex", offset_of!(IbvQp, mutex));
+    s("offset ibv_qp.events_completed", offset_of!(IbvQp, events_completed));
+    s("size ibv_qp_init_attr", size_of::<QpInitAttrC>());
+    s("offset ibv_qp_init_attr.cap", offset_of!(QpInitAttrC, cap));
+    s("offset ibv_qp_init_attr.qp_type", offset_of!(QpInitAttrC, qp_type));
+    s("offset ibv_qp_init_attr.sq_sig_all", offset_of!(QpInitAttrC, sq_sig_all));
+    s("size ibv_ah_attr", size_of::<AhAttrC>());
+    s("offset ibv_ah_attr.dlid", offset_of!(AhAttrC, dlid));
+    s("offset ibv_ah_attr.sl", offset_of!(AhAttrC, sl));
+    s("offset ibv_ah_attr.is_global", offset_of!(AhAttrC, is_global));
+    s("offset ibv_ah_attr.port_num", offset_of!(AhAttrC, port_num));
+    s("size ibv_global_route", size_of::<GlobalRoute>());
+    s("offset ibv_global_route.flow_label", offset_of!(GlobalRoute, flow_label));
+    s("offset ibv_global_route.sgid_index", offset_of!(GlobalRoute, sgid_index));
+    s("offset ibv_global_route.traffic_class", offset_of!(GlobalRoute, traffic_class));
+    s("size ibv_qp_attr", size_of::<QpAttrC>());
+    s("offset ibv_qp_attr.qkey", offset_of!(QpAttrC, qkey));
+    s("offset ibv_qp_attr.dest_qp_num", offset_of!(QpAttrC, dest_qp_num));
+    s("offset ibv_qp_attr.cap", offset_of!(QpAttrC, cap));
+    s("offset ibv_qp_attr.ah_attr", offset_of!(QpAttrC, ah_attr));
+    s("offset ibv_qp_attr.alt_ah_attr", offset_of!(QpAttrC, alt_ah_attr));
+    s("offset ibv_qp_attr.pkey_index", offset_of!(QpAttrC, pkey_index));
+    s("offset ibv_qp_attr.max_rd_atomic", offset_of!(QpAttrC, max_rd_atomic));
+    s("offset ibv_qp_attr.timeout", offset_of!(QpAttrC, timeout));
+    s("offset ibv_qp_attr.rnr_retry", offset_of!(QpAttrC, rnr_retry));
+    s("offset ibv_qp_attr.alt_timeout", offset_of!(QpAttrC, alt_timeout));
+    s("offset ibv_qp_attr.rate_limit", offset_of!(QpAttrC, rate_limit));
+    s("size ibv_sge", size_of::<SgeC>());
+    s("size ibv_recv_wr", size_of::<RecvWrC>());
+    s("offset ibv_recv_wr.num_sge", offset_of!(RecvWrC, num_sge));
+    s("size ibv_send_wr", size_of::<SendWrC>());
+    s("offset ibv_send_wr.num_sge", offset_of!(SendWrC, num_sge));
+    s("offset ibv_send_wr.opcode", offset_of!(SendWrC, opcode));
+    s("offset ibv_send_wr.send_flags", offset_of!(SendWrC, send_flags));
+    s("offset ibv_send_wr.imm_data", offset_of!(SendWrC, imm_data));
+    s("offset ibv_send_wr.wr.rdma.remote_addr", offset_of!(SendWrC, remote_addr));
+    s("offset ibv_send_wr.wr.rdma.rkey", offset_of!(SendWrC, rkey_or_compare_add));
+    s("offset ibv_send_wr.wr.atomic.compare_add", offset_of!(SendWrC, rkey_or_compare_add));
+    s("offset ibv_send_wr.wr.atomic.swap", offset_of!(SendWrC, swap));
+    s("offset ibv_send_wr.wr.atomic.rkey", offset_of!(SendWrC, atomic_rkey));
+    s("size ibv_wc", size_of::<WcC>());
+    s("offset ibv_wc.status", offset_of!(WcC, status));
+    s("offset ibv_wc.opcode", offset_of!(WcC, opcode));
+    s("offset ibv_wc.byte_len", offset_of!(WcC, byte_len));
+    s("offset ibv_wc.imm_data", offset_of!(WcC, imm_data));
+    s("offset ibv_wc.qp_num", offset_of!(WcC, qp_num));
+    s("offset ibv_wc.src_qp", offset_of!(WcC, src_qp));
+    s("offset ibv_wc.wc_flags", offset_of!(WcC, wc_flags));
+    s("offset ibv_wc.pkey_index", offset_of!(WcC, pkey_index));
+    s("offset ibv_wc.sl", offset_of!(WcC, sl));
     m
 }
 

@@ -29,6 +29,19 @@ pub fn gid_order(ips: &[IpAddr]) -> Vec<IpAddr> {
     out
 }
 
+/// The GID table a port presents for an interface with `mac` and `ips`: the addresses in
+/// [`gid_order`], with the MAC's link-local GID first when the interface has no IPv6
+/// link-local address (so index 0 is link-local, as rxe's is).
+pub fn gid_table(mac: EthernetAddress, ips: &[IpAddr]) -> Vec<uroce_transport::verbs::Gid> {
+    use uroce_transport::verbs::Gid;
+    let ips = gid_order(ips);
+    let mut gids: Vec<Gid> = ips.iter().map(|ip| Gid::from_ip(*ip)).collect();
+    if gids.is_empty() || !ips.first().is_some_and(|ip| ip.is_ipv6()) {
+        gids.insert(0, Gid::link_local(mac));
+    }
+    gids
+}
+
 /// Why no local address could be chosen.
 #[derive(Debug)]
 pub enum GidChoiceError {

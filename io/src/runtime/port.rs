@@ -6,7 +6,7 @@ use std::io::ErrorKind;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant as StdInstant, SystemTime};
-use uroce_transport::{Device, DeviceConfig, Gid, Instant, Mtu, QpnShard};
+use uroce_transport::{Device, DeviceConfig, Instant, Mtu, QpnShard};
 use uroce_wire::EthernetAddress;
 
 /// Which backend a port uses.
@@ -144,7 +144,7 @@ impl Port {
         shard: Option<QpnShard>,
     ) -> anyhow::Result<Port> {
         use anyhow::Context;
-        let (mac, link_mtu, mut ips) = match &cfg.ifname {
+        let (mac, link_mtu, ips) = match &cfg.ifname {
             Some(name) => {
                 let i = netif::Interface::by_name(name).with_context(|| format!("interface {name}"))?;
                 (i.mac, i.mtu as usize, i.addresses())
@@ -154,7 +154,6 @@ impl Port {
         if !ips.contains(&cfg.local_ip) {
             anyhow::bail!("{} is not an address of {}", cfg.local_ip, cfg.ifname.as_deref().unwrap_or("this host"));
         }
-        ips = super::connect::gid_order(&ips);
         let backend: Box<dyn Backend> = match (backend, &cfg.backend) {
             (Some(b), _) => b,
             (None, BackendKind::Xdp(o)) => {
@@ -171,13 +170,10 @@ impl Port {
             ),
         };
         tracing::info!(backend = %backend.describe(), "port open");
-        // The GID table holds the interface's addresses; DeviceConfig::new puts the MAC-derived
-        // link-local first, so build it by hand in rxe's order.
+        // The GID table holds the interface's addresses in rxe's order (DeviceConfig::new would
+        // put the MAC-derived link-local first whatever the interface has).
         let mut dc = DeviceConfig::new(mac, &[]);
-        dc.gids = ips.iter().map(|ip| Gid::from_ip(*ip)).collect();
-        if dc.gids.is_empty() || !ips.first().is_some_and(|ip| ip.is_ipv6()) {
-            dc.gids.insert(0, Gid::link_local(mac));
-        }
+        dc.gids = super::connect::gid_table(mac, &ips);
         dc.active_mtu = Mtu::for_link_mtu(link_mtu);
         dc.seed = crate::random::key_seed(cfg.seed)?;
         dc.udp_sport = backend.fixed_udp_src_port();

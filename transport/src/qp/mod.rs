@@ -361,6 +361,16 @@ impl Qp {
         self.state
     }
 
+    /// The queue sizes it was created with (`ibv_query_qp`'s `cap`).
+    pub fn cap(&self) -> QpCap {
+        self.cap
+    }
+
+    /// Whether every send WR completes (`sq_sig_all`).
+    pub fn sq_sig_all(&self) -> bool {
+        self.sq_sig_all
+    }
+
     /// The rate the QP is paced at in bits per second, if any: the lower of its rate limit
     /// (`Device::set_rate_limit`) and congestion control's rate.
     pub fn rate_limit(&self) -> Option<u64> {

@@ -1,0 +1,712 @@
+//! Memory regions, completion queues and RC queue pairs over the engine, which runs on a
+//! progress thread inside the program's own process (`uroce_io::runtime::Runtime`), started
+//! the first time a context needs it (`ibv_alloc_pd`): opening a device to query it
+//! (`ibv_devinfo`) touches no interface.
+//!
+//! The backend is AF_XDP when the process may attach XDP programs (root) and kernel UDP
+//! otherwise; `UROCE_BACKEND=xdp|udp` chooses (`UROCE_UDP_PORT`: the UDP backend's port, 4791
+//! by default). `UROCE_PCAP=FILE` captures every frame.
+//!
+//! Each call translates libibverbs' structs to the engine's verbs types (same names, same
+//! numeric values) and back; the engine checks every rule. Handles are looked up in registries
+//! first, as in [`crate::device`].
+
+use crate::abi::*;
+use crate::device::{context, Context, PDS};
+use crate::{set_errno, Registry};
+use core::ffi::{c_int, c_void};
+use core::ptr::null_mut;
+use std::net::IpAddr;
+use uroce_io::runtime::{connect, BackendKind, Port, PortConfig, Runtime};
+use uroce_transport::verbs::*;
+use uroce_transport::MrInfo;
+
+/// A PD: the program's `ibv_pd`, then the engine's handle.
+#[repr(C)]
+pub struct Pd {
+    /// What the program sees.
+    pub ibv: IbvPd,
+    /// The engine's PD.
+    pub engine: PdHandle,
+}
+
+/// An MR.
+#[repr(C)]
+pub struct Mr {
+    /// What the program sees.
+    pub ibv: IbvMr,
+}
+
+/// A CQ.
+#[repr(C)]
+pub struct Cq {
+    /// What the program sees.
+    pub ibv: IbvCq,
+    /// The engine's CQ.
+    pub engine: CqHandle,
+}
+
+/// A QP.
+#[repr(C)]
+pub struct Qp {
+    /// What the program sees.
+    pub ibv: IbvQp,
+    /// Where inline data is staged for the engine (which gathers it at post time): an MR of
+    /// `max_inline_data` bytes.
+    inline: Option<MrInfo>,
+    inline_len: usize,
+}
+
+/// Live MRs, CQs and QPs, by address.
+pub static MRS: Registry<Mr> = Registry::new();
+/// Live CQs.
+pub static CQS: Registry<Cq> = Registry::new();
+/// Live QPs.
+pub static QPS: Registry<Qp> = Registry::new();
+
+/// Start the context's engine and progress thread.
+pub fn start_runtime(c: &Context) -> Result<Runtime, c_int> {
+    let iface = &c.dev.iface;
+    let backend = match std::env::var("UROCE_BACKEND").as_deref() {
+        Ok("udp") => udp(),
+        Ok("xdp") => BackendKind::Xdp(Default::default()),
+        // SAFETY: geteuid has no preconditions.
+        _ if unsafe { libc::geteuid() } == 0 => BackendKind::Xdp(Default::default()),
+        _ => udp(),
+    };
+    let local_ip = iface.ipv4.first().map(|a| IpAddr::V4(*a)).or_else(|| iface.addresses().first().copied());
+    let Some(local_ip) = local_ip else { return Err(libc::ENODEV) };
+    let cfg = PortConfig {
+        ifname: Some(iface.name.clone()),
+        local_ip,
+        backend,
+        seed: None,
+        pcap: std::env::var_os("UROCE_PCAP").map(Into::into),
+        inject: None,
+        tweak: None,
+        cc: Default::default(),
+    };
+    let port = Port::open(cfg).map_err(|e| {
+        eprintln!("uroce: cannot open {}: {e:#}", iface.name);
+        libc::EIO
+    })?;
+    Runtime::start(port).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Kernel UDP on 4791 (`UROCE_UDP_PORT` for another).
+fn udp() -> BackendKind {
+    let port = std::env::var("UROCE_UDP_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(4791);
+    BackendKind::Udp { port, gso: false, gro: false }
+}
+
+/// The context's runtime, started on first use.
+fn runtime(c: &Context) -> Result<&Runtime, c_int> {
+    c.runtime.get_or_init(|| start_runtime(c)).as_ref().map_err(|e| *e)
+}
+
+/// The context and runtime behind `ctx`.
+fn rt_of<'a>(ctx: *mut IbvContext) -> Result<(&'a Context, &'a Runtime), c_int> {
+    let c = context(ctx).ok_or(libc::EINVAL)?;
+    Ok((c, runtime(c)?))
+}
+
+fn fail<T>(e: c_int) -> *mut T {
+    set_errno(e);
+    null_mut()
+}
+
+/// `ibv_alloc_pd(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut IbvContext) -> *mut IbvPd {
+    let (_, rt) = match rt_of(ctx) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    let engine = rt.with(|d| d.alloc_pd());
+    let pd = Box::into_raw(Box::new(Pd { ibv: IbvPd { context: ctx, handle: engine.0 }, engine }));
+    PDS.insert(pd.cast(), pd);
+    pd.cast()
+}
+
+/// `ibv_dealloc_pd(3)`: `EBUSY` while MRs or QPs use it.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int {
+    let Some(p) = PDS.get(pd.cast()) else { return libc::EINVAL };
+    let Ok((_, rt)) = rt_of(p.ibv.context) else { return libc::EINVAL };
+    match rt.with(|d| d.dealloc_pd(p.engine)) {
+        Ok(()) => {
+            if let Some(p) = PDS.remove(pd.cast()) {
+                // SAFETY: removed from the registry: the one owner.
+                drop(unsafe { Box::from_raw(p) });
+            }
+            0
+        }
+        Err(e) => e.errno(),
+    }
+}
+
+fn reg(pd: *mut IbvPd, addr: *mut c_void, len: usize, iova: Option<u64>, access: c_int) -> *mut IbvMr {
+    let Some(p) = PDS.get(pd.cast()) else { return fail(libc::EINVAL) };
+    let Ok((_, rt)) = rt_of(p.ibv.context) else { return fail(libc::EINVAL) };
+    // SAFETY: the verbs contract: the program's buffer stays valid while it is registered.
+    let Some(mem) = (unsafe { uroce_mem::RawMemory::new(addr.cast(), len) }) else { return fail(libc::EINVAL) };
+    let access = AccessFlags(access as u32);
+    let r = rt.with(|d| match iova {
+        Some(iova) => d.reg_mr_app_iova(p.engine, Box::new(mem), iova, access),
+        None => d.reg_mr_app(p.engine, Box::new(mem), access),
+    });
+    match r {
+        Ok(info) => {
+            let ibv = IbvMr {
+                context: p.ibv.context,
+                pd,
+                addr,
+                length: len,
+                handle: info.lkey,
+                lkey: info.lkey,
+                rkey: info.rkey,
+            };
+            let mr = Box::into_raw(Box::new(Mr { ibv }));
+            MRS.insert(mr.cast(), mr);
+            mr.cast()
+        }
+        Err(e) => fail(e.errno()),
+    }
+}
+
+/// `ibv_reg_mr(3)`: the program's own memory, used in place.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(pd: *mut IbvPd, addr: *mut c_void, len: usize, access: c_int) -> *mut IbvMr {
+    reg(pd, addr, len, None, access)
+}
+
+/// `ibv_reg_mr_iova(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut IbvMr {
+    reg(pd, addr, len, Some(iova), access)
+}
+
+/// `ibv_reg_mr_iova2(3)` (what the `ibv_reg_mr` macro calls when the access flags are not a
+/// compile-time constant).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: u32,
+) -> *mut IbvMr {
+    reg(pd, addr, len, (iova != addr as u64).then_some(iova), access as c_int)
+}
+
+/// `ibv_dereg_mr(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int {
+    let Some(m) = MRS.get(mr.cast()) else { return libc::EINVAL };
+    let Ok((_, rt)) = rt_of(m.ibv.context) else { return libc::EINVAL };
+    match rt.with(|d| d.dereg_mr(m.ibv.lkey)) {
+        Ok(_) => {
+            if let Some(m) = MRS.remove(mr.cast()) {
+                // SAFETY: removed from the registry: the one owner.
+                drop(unsafe { Box::from_raw(m) });
+            }
+            0
+        }
+        Err(e) => e.errno(),
+    }
+}
+
+/// `ibv_create_cq(3)`. Completion channels are not there yet: a `channel` is `EOPNOTSUPP`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_cq(
+    ctx: *mut IbvContext,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut IbvCompChannel,
+    _comp_vector: c_int,
+) -> *mut IbvCq {
+    let (_, rt) = match rt_of(ctx) {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    if !channel.is_null() {
+        return fail(libc::EOPNOTSUPP);
+    }
+    let Ok(n) = usize::try_from(cqe) else { return fail(libc::EINVAL) };
+    let engine = match rt.with(|d| d.create_cq(n)) {
+        Ok(h) => h,
+        Err(e) => return fail(e.errno()),
+    };
+    rt.watch_cq(engine, n.max(1));
+    // SAFETY: integers, pointers and pthread objects (initialised below): all-zero is valid.
+    let mut ibv: IbvCq = unsafe { core::mem::zeroed() };
+    ibv.context = ctx;
+    ibv.cq_context = cq_context;
+    ibv.handle = engine.0;
+    ibv.cqe = cqe;
+    let cq = Box::into_raw(Box::new(Cq { ibv, engine }));
+    // SAFETY: fresh allocation; initialised once.
+    unsafe {
+        libc::pthread_mutex_init(&mut (*cq).ibv.mutex, core::ptr::null());
+        libc::pthread_cond_init(&mut (*cq).ibv.cond, core::ptr::null());
+    }
+    CQS.insert(cq.cast(), cq);
+    cq.cast()
+}
+
+/// `ibv_destroy_cq(3)`: `EBUSY` while a QP uses it.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
+    let Some(c) = CQS.get(cq.cast()) else { return libc::EINVAL };
+    let Ok((_, rt)) = rt_of(c.ibv.context) else { return libc::EINVAL };
+    match rt.with(|d| d.destroy_cq(c.engine)) {
+        Ok(()) => {
+            if let Some(c) = CQS.remove(cq.cast()) {
+                // SAFETY: removed from the registry: the one owner.
+                unsafe {
+                    libc::pthread_mutex_destroy(&mut (*c).ibv.mutex);
+                    libc::pthread_cond_destroy(&mut (*c).ibv.cond);
+                    drop(Box::from_raw(c));
+                }
+            }
+            0
+        }
+        Err(e) => e.errno(),
+    }
+}
+
+/// `ops.poll_cq`: completions from the progress thread's lock-free queue.
+pub unsafe extern "C" fn poll_cq(cq: *mut c_void, n: c_int, wc: *mut c_void) -> c_int {
+    let Some(c) = CQS.get(cq) else { return -libc::EINVAL };
+    let Ok((_, rt)) = rt_of(c.ibv.context) else { return -libc::EINVAL };
+    let Ok(n) = usize::try_from(n) else { return -libc::EINVAL };
+    if wc.is_null() && n > 0 {
+        return -libc::EINVAL;
+    }
+    let mut buf = [WorkCompletion::default(); 16];
+    let mut done = 0usize;
+    while done < n {
+        let want = (n - done).min(buf.len());
+        let got = rt.poll_cq(c.engine, &mut buf[..want]);
+        for (i, w) in buf[..got].iter().enumerate() {
+            let out = WcC {
+                wr_id: w.wr_id,
+                status: w.status as c_int,
+                opcode: w.opcode as c_int,
+                vendor_err: w.vendor_err,
+                byte_len: w.byte_len,
+                imm_data: w.imm_data,
+                qp_num: w.qp_num,
+                src_qp: w.src_qp,
+                wc_flags: w.wc_flags.0,
+                pkey_index: w.pkey_index,
+                ..WcC::default()
+            };
+            // SAFETY: `wc` holds `n` struct ibv_wc (the caller's array).
+            unsafe { wc.cast::<WcC>().add(done + i).write(out) };
+        }
+        done += got;
+        if got < want {
+            break;
+        }
+    }
+    done as c_int
+}
+
+fn qp_type(t: c_int) -> Option<QpType> {
+    match t {
+        2 => Some(QpType::Rc),
+        _ => None,
+    }
+}
+
+/// `ibv_create_qp(3)`: RC. The caps granted are written back to `init_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, init: *mut QpInitAttrC) -> *mut IbvQp {
+    let Some(p) = PDS.get(pd.cast()) else { return fail(libc::EINVAL) };
+    let Ok((_, rt)) = rt_of(p.ibv.context) else { return fail(libc::EINVAL) };
+    if init.is_null() {
+        return fail(libc::EINVAL);
+    }
+    // SAFETY: the caller's struct ibv_qp_init_attr.
+    let ia = unsafe { &mut *init };
+    let (Some(scq), Some(rcq)) = (CQS.get(ia.send_cq.cast()), CQS.get(ia.recv_cq.cast())) else {
+        return fail(libc::EINVAL);
+    };
+    if !ia.srq.is_null() {
+        return fail(libc::EOPNOTSUPP);
+    }
+    let Some(ty) = qp_type(ia.qp_type) else { return fail(libc::EOPNOTSUPP) };
+    let c = ia.cap;
+    let cap = QpCap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge.max(1),
+        max_recv_sge: c.max_recv_sge.max(1),
+        max_inline_data: c.max_inline_data,
+    };
+    let attr =
+        QpInitAttr { qp_type: ty, send_cq: scq.engine, recv_cq: rcq.engine, cap, sq_sig_all: ia.sq_sig_all != 0 };
+    let inline_len = cap.max_inline_data as usize;
+    let r = rt.with(|d| {
+        let qpn = d.create_qp(p.engine, &attr)?;
+        let staging = if inline_len > 0 {
+            match d.reg_mr(p.engine, vec![0u8; inline_len].into_boxed_slice(), AccessFlags::LOCAL_WRITE) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    let _ = d.destroy_qp(qpn);
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        Ok((qpn, staging))
+    });
+    let (qpn, inline) = match r {
+        Ok(x) => x,
+        Err(e) => return fail(e.errno()),
+    };
+    ia.cap = QpCapC { max_send_sge: cap.max_send_sge, max_recv_sge: cap.max_recv_sge, ..c };
+    // SAFETY: integers, pointers and pthread objects (initialised below): all-zero is valid.
+    let mut ibv: IbvQp = unsafe { core::mem::zeroed() };
+    ibv.context = p.ibv.context;
+    ibv.qp_context = ia.qp_context;
+    ibv.pd = pd;
+    ibv.send_cq = ia.send_cq;
+    ibv.recv_cq = ia.recv_cq;
+    ibv.handle = qpn;
+    ibv.qp_num = qpn;
+    ibv.state = QpState::Reset as c_int;
+    ibv.qp_type = ia.qp_type;
+    let qp = Box::into_raw(Box::new(Qp { ibv, inline, inline_len }));
+    // SAFETY: fresh allocation; initialised once.
+    unsafe {
+        libc::pthread_mutex_init(&mut (*qp).ibv.mutex, core::ptr::null());
+        libc::pthread_cond_init(&mut (*qp).ibv.cond, core::ptr::null());
+    }
+    QPS.insert(qp.cast(), qp);
+    qp.cast()
+}
+
+/// `ibv_destroy_qp(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
+    let Some(q) = QPS.get(qp.cast()) else { return libc::EINVAL };
+    let Ok((_, rt)) = rt_of(q.ibv.context) else { return libc::EINVAL };
+    let r = rt.with(|d| {
+        d.destroy_qp(q.ibv.qp_num)?;
+        if let Some(m) = q.inline {
+            d.dereg_mr(m.lkey)?;
+        }
+        Ok::<(), VerbsError>(())
+    });
+    match r {
+        Ok(()) => {
+            if let Some(q) = QPS.remove(qp.cast()) {
+                // SAFETY: removed from the registry: the one owner.
+                unsafe {
+                    libc::pthread_mutex_destroy(&mut (*q).ibv.mutex);
+                    libc::pthread_cond_destroy(&mut (*q).ibv.cond);
+                    drop(Box::from_raw(q));
+                }
+            }
+            0
+        }
+        Err(e) => e.errno(),
+    }
+}
+
+fn state(v: c_int) -> Option<QpState> {
+    QpState::ALL.get(usize::try_from(v).ok()?).copied()
+}
+
+/// `ibv_modify_qp(3)`. At RTR with a path, the peer's MAC comes from the kernel's neighbour
+/// table (ARP/ND), as the kernel resolves it for rxe.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(qp: *mut IbvQp, attr: *mut QpAttrC, mask: c_int) -> c_int {
+    let Some(q) = QPS.get(qp.cast()) else { return libc::EINVAL };
+    let Ok((c, rt)) = rt_of(q.ibv.context) else { return libc::EINVAL };
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: the caller's struct ibv_qp_attr.
+    let a = unsafe { &*attr };
+    let mask = QpAttrMask(mask as u32);
+    let pick = |bit: QpAttrMask, v: c_int| -> Result<QpState, c_int> {
+        if mask.contains(bit) {
+            state(v).ok_or(libc::EINVAL)
+        } else {
+            Ok(QpState::Reset)
+        }
+    };
+    let (to, cur) = match (pick(QpAttrMask::STATE, a.qp_state), pick(QpAttrMask::CUR_STATE, a.cur_qp_state)) {
+        (Ok(t), Ok(c)) => (t, c),
+        _ => return libc::EINVAL,
+    };
+    let g = &a.ah_attr.grh;
+    let mut av = AddressVector {
+        dgid: Gid(g.dgid),
+        sgid_index: g.sgid_index,
+        hop_limit: g.hop_limit,
+        traffic_class: g.traffic_class,
+        flow_label: g.flow_label,
+        sl: a.ah_attr.sl,
+        dmac: Default::default(),
+    };
+    if mask.contains(QpAttrMask::AV) {
+        match connect::peer_mac(Some(&c.dev.iface.name), av.dgid.to_ip()) {
+            Ok(m) => av.dmac = m,
+            Err(e) => {
+                eprintln!("uroce: ibv_modify_qp: {e:#}");
+                return libc::EHOSTUNREACH;
+            }
+        }
+    }
+    let ea = QpAttr {
+        qp_state: to,
+        cur_qp_state: cur,
+        path_mtu: Mtu::from_enum(a.path_mtu as u8).unwrap_or_default(),
+        qp_access_flags: AccessFlags(a.qp_access_flags),
+        pkey_index: a.pkey_index,
+        port_num: a.port_num,
+        qkey: a.qkey,
+        ah_attr: av,
+        dest_qp_num: a.dest_qp_num,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        min_rnr_timer: a.min_rnr_timer,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        en_sqd_async_notify: a.en_sqd_async_notify != 0,
+    };
+    if mask.contains(QpAttrMask::PATH_MTU) && Mtu::from_enum(a.path_mtu as u8).is_none() {
+        return libc::EINVAL;
+    }
+    let qpn = q.ibv.qp_num;
+    match rt.with(|d| d.modify_qp(qpn, &ea, mask).and_then(|()| d.query_qp(qpn))) {
+        Ok(now) => {
+            // SAFETY: `qp` is registered (looked up above); only its state word changes.
+            unsafe { (*qp).state = now.qp_state as c_int };
+            0
+        }
+        Err(e) => e.errno(),
+    }
+}
+
+/// `ibv_query_qp(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut IbvQp,
+    attr: *mut QpAttrC,
+    _mask: c_int,
+    init: *mut QpInitAttrC,
+) -> c_int {
+    let Some(q) = QPS.get(qp.cast()) else { return libc::EINVAL };
+    let Ok((_, rt)) = rt_of(q.ibv.context) else { return libc::EINVAL };
+    if attr.is_null() || init.is_null() {
+        return libc::EINVAL;
+    }
+    let qpn = q.ibv.qp_num;
+    let Some((a, cap, sig)) = rt.with(|d| {
+        let a = d.query_qp(qpn).ok()?;
+        let qp = d.qp(qpn)?;
+        Some((a, qp.cap(), qp.sq_sig_all()))
+    }) else {
+        return libc::EINVAL;
+    };
+    let capc = QpCapC {
+        max_send_wr: cap.max_send_wr,
+        max_recv_wr: cap.max_recv_wr,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: cap.max_recv_sge,
+        max_inline_data: cap.max_inline_data,
+    };
+    let av = a.ah_attr;
+    let out = QpAttrC {
+        qp_state: a.qp_state as c_int,
+        cur_qp_state: a.qp_state as c_int,
+        path_mtu: a.path_mtu as c_int,
+        path_mig_state: 0, // IBV_MIG_MIGRATED: no alternate path
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags.0,
+        cap: capc,
+        ah_attr: AhAttrC {
+            grh: GlobalRoute {
+                dgid: av.dgid.0,
+                flow_label: av.flow_label,
+                sgid_index: av.sgid_index,
+                hop_limit: av.hop_limit,
+                traffic_class: av.traffic_class,
+            },
+            sl: av.sl,
+            is_global: 1,
+            port_num: 1,
+            ..AhAttrC::default()
+        },
+        pkey_index: a.pkey_index,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: 1,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        ..QpAttrC::default()
+    };
+    // SAFETY: the caller's structs.
+    unsafe {
+        attr.write(out);
+        let i = &mut *init;
+        i.qp_context = q.ibv.qp_context;
+        i.send_cq = q.ibv.send_cq;
+        i.recv_cq = q.ibv.recv_cq;
+        i.srq = null_mut();
+        i.cap = capc;
+        i.qp_type = q.ibv.qp_type;
+        i.sq_sig_all = sig as c_int;
+    }
+    0
+}
+
+/// At most this many SGEs per WR are read from the program.
+const MAX_SGE: usize = 32;
+
+/// The SGEs of a WR, checked for count.
+unsafe fn sges(list: *const SgeC, n: c_int) -> Option<([Sge; MAX_SGE], usize)> {
+    let n = usize::try_from(n).ok().filter(|&n| n <= MAX_SGE)?;
+    if n > 0 && list.is_null() {
+        return None;
+    }
+    let mut out = [Sge::default(); MAX_SGE];
+    for (i, o) in out.iter_mut().enumerate().take(n) {
+        // SAFETY: the caller's array of `n` SGEs.
+        let s = unsafe { list.add(i).read() };
+        *o = Sge { addr: s.addr, length: s.length, lkey: s.lkey };
+    }
+    Some((out, n))
+}
+
+fn wr_opcode(v: c_int) -> Option<WrOpcode> {
+    Some(match v {
+        0 => WrOpcode::RdmaWrite,
+        1 => WrOpcode::RdmaWriteWithImm,
+        2 => WrOpcode::Send,
+        3 => WrOpcode::SendWithImm,
+        4 => WrOpcode::RdmaRead,
+        5 => WrOpcode::AtomicCmpAndSwp,
+        6 => WrOpcode::AtomicFetchAndAdd,
+        9 => WrOpcode::SendWithInv,
+        _ => return None,
+    })
+}
+
+/// Post a chain of WRs (`ibv_send_wr` or `ibv_recv_wr`, `W`) to `qp` under one engine lock:
+/// `one` posts a WR and returns the next; the first WR that fails is `*bad_wr`.
+fn post_chain<W>(
+    qp: *mut c_void,
+    wr: *mut c_void,
+    bad: *mut *mut c_void,
+    mut one: impl FnMut(&mut uroce_transport::Device, &Qp, *mut W) -> Result<*mut W, c_int>,
+) -> c_int {
+    let set_bad = |w: *mut c_void| {
+        if !bad.is_null() {
+            // SAFETY: the caller's `struct ibv_*_wr **`.
+            unsafe { *bad = w };
+        }
+    };
+    let Some(q) = QPS.get(qp) else {
+        set_bad(wr);
+        return libc::EINVAL;
+    };
+    let Ok((_, rt)) = rt_of(q.ibv.context) else {
+        set_bad(wr);
+        return libc::EINVAL;
+    };
+    let mut w = wr.cast::<W>();
+    rt.with(|d| {
+        while !w.is_null() {
+            match one(d, q, w) {
+                Ok(next) => w = next,
+                Err(e) => {
+                    set_bad(w.cast());
+                    return e;
+                }
+            }
+        }
+        0
+    })
+}
+
+/// `ops.post_send`.
+pub unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
+    post_chain(qp, wr, bad, |d, q, w: *mut SendWrC| {
+        // SAFETY: the caller's chain of struct ibv_send_wr.
+        let c = unsafe { &*w };
+        // SAFETY: its SGE array.
+        let (mut list, n) = unsafe { sges(c.sg_list, c.num_sge) }.ok_or(libc::EINVAL)?;
+        let opcode = wr_opcode(c.opcode).ok_or(libc::EINVAL)?;
+        let flags = SendFlags(c.send_flags);
+        let mut nsge = n;
+        if flags.contains(SendFlags::INLINE) && !opcode.is_read_or_atomic() {
+            // The program's bytes need no MR: copy them into the QP's staging MR, which the
+            // engine gathers from before this call returns.
+            let total: usize = list[..n].iter().map(|s| s.length as usize).sum();
+            let st = q.inline.filter(|_| total <= q.inline_len).ok_or(libc::EINVAL)?;
+            let dst = d.mr_mut(st.lkey).ok_or(libc::EINVAL)?.as_mut_slice();
+            let mut at = 0;
+            for s in &list[..n] {
+                let len = s.length as usize;
+                // SAFETY: inline data is the program's readable memory of that length.
+                let src = unsafe { core::slice::from_raw_parts(s.addr as *const u8, len) };
+                dst[at..at + len].copy_from_slice(src);
+                at += len;
+            }
+            list[0] = Sge { addr: st.addr, length: total as u32, lkey: st.lkey };
+            nsge = 1;
+        }
+        let atomic = opcode.is_atomic();
+        let e = SendWr {
+            wr_id: c.wr_id,
+            opcode,
+            sg_list: &list[..nsge],
+            send_flags: flags,
+            imm_data: c.imm_data,
+            invalidate_rkey: c.imm_data,
+            remote_addr: c.remote_addr,
+            rkey: if atomic { c.atomic_rkey } else { c.rkey_or_compare_add as u32 },
+            compare_add: if atomic { c.rkey_or_compare_add } else { 0 },
+            swap: c.swap,
+        };
+        d.post_send(q.ibv.qp_num, &e).map_err(|e| e.errno())?;
+        Ok(c.next)
+    })
+}
+
+/// `ops.post_recv`.
+pub unsafe extern "C" fn post_recv(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
+    post_chain(qp, wr, bad, |d, q, w: *mut RecvWrC| {
+        // SAFETY: the caller's chain of struct ibv_recv_wr.
+        let c = unsafe { &*w };
+        // SAFETY: its SGE array.
+        let (list, n) = unsafe { sges(c.sg_list, c.num_sge) }.ok_or(libc::EINVAL)?;
+        d.post_recv(q.ibv.qp_num, &RecvWr { wr_id: c.wr_id, sg_list: &list[..n] }).map_err(|e| e.errno())?;
+        Ok(c.next)
+    })
+}
+
+/// `ibv_ack_cq_events(3)`: nothing to count until completion channels exist.
+#[no_mangle]
+pub extern "C" fn ibv_ack_cq_events(_cq: *mut IbvCq, _n: u32) {}
