@@ -23,6 +23,9 @@
 //!   agrees frame by frame, and (unless tcpdump reports kernel drops, as on a loaded machine)
 //!   it holds at least one packet per MTU of every message each way; uroce's engine counted no
 //!   ICRC error or malformed frame.
+//! * Debian's `ibv_rc_pingpong` itself on uroce's side, over uroce's drop-in `libibverbs.so.1`
+//!   (4096 B x 200, both ways, the same checks but uroce's counters): an unmodified verbs
+//!   program on uroce talking to rxe.
 //! * The check can fail: the uroce client flips page-start byte 0 of its last message
 //!   (hidden test hook `--debug-corrupt-send N@0`): the stock server must print `invalid data in
 //!   page 0` (and, being rc_pingpong, still exit 0) — so the "no invalid data" assertion above
@@ -76,13 +79,21 @@ struct Case {
     /// Drop this many percent of the RoCE frames on the bridge, both ways (plus 1 %
     /// duplication there and 1 % reordering by uroce's injector); 0: a clean path.
     loss: u32,
+    /// uroce's side is Debian's own `ibv_rc_pingpong`, unmodified, over uroce's drop-in
+    /// `libibverbs.so.1` (`scripts/build-verbs`) instead of `uroce pingpong`.
+    stock_on_uroce: bool,
 }
 
 impl Case {
     fn label(&self) -> String {
         format!(
             "{} {}B n{} {} {}{}{}",
-            if self.dir == Dir::UroceClient { "uroce->stock-server" } else { "stock->uroce-server" },
+            match (self.dir, self.stock_on_uroce) {
+                (Dir::UroceClient, false) => "uroce->stock-server",
+                (Dir::GuestClient, false) => "stock->uroce-server",
+                (Dir::UroceClient, true) => "stock-on-uroce->stock-server",
+                (Dir::GuestClient, true) => "stock->stock-on-uroce-server",
+            },
             self.size,
             self.iters,
             self.backend,
@@ -103,6 +114,17 @@ struct Bench {
     gid_v6: u32,
     dir: PathBuf,
     seq: u32,
+}
+
+/// Where `scripts/build-verbs` put uroce's libibverbs.so.1 (`UROCE_VERBS_DIR` overrides).
+fn verbs_dir() -> Option<PathBuf> {
+    let d = std::env::var_os("UROCE_VERBS_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+            .join("verbs")
+    });
+    d.join("libibverbs.so.1").exists().then_some(d)
 }
 
 fn have(tool: &str) -> bool {
@@ -221,6 +243,29 @@ impl Bench {
         a
     }
 
+    /// Debian's `ibv_rc_pingpong` on uroce's device (`uroce_eth0`; GID 1 is the IPv4-mapped
+    /// address, 2 the ULA one: the table rxe builds), through `env` so the library path and
+    /// the rxe quirk that stands in for `--retry-forever` reach it.
+    fn stock_on_uroce_args(&self, c: &Case) -> Result<Vec<String>, String> {
+        let dir = verbs_dir().ok_or("uroce's libibverbs.so.1 is not built (scripts/build-verbs)")?;
+        let mut a: Vec<String> = vec![
+            "env".into(),
+            format!("LD_LIBRARY_PATH={}", dir.display()),
+            "UROCE_QUIRKS=retry_cnt_7_infinite".into(),
+            "ibv_rc_pingpong".into(),
+            "-d".into(),
+            "uroce_eth0".into(),
+            "-g".into(),
+            if c.v6 { "2" } else { "1" }.into(),
+            "-c".into(),
+        ];
+        a.extend(["-s".into(), c.size.to_string(), "-n".into(), c.iters.to_string()]);
+        if c.dir == Dir::UroceClient {
+            a.push(GUEST_V4.to_string());
+        }
+        Ok(a)
+    }
+
     /// Runs `c`; returns a one-line summary, or why it failed (with both sides' output).
     fn run(&mut self, c: &Case) -> Result<String, String> {
         self.seq += 1;
@@ -239,8 +284,8 @@ impl Bench {
             // a failed lossy run returns early: its rules must not outlive it
             ix::clear_faults(self.lab.netns())?;
         }
-        let args = self.uroce_args(c);
-        let mut argv: Vec<&str> = vec![ix::BIN];
+        let args = if c.stock_on_uroce { self.stock_on_uroce_args(c)? } else { self.uroce_args(c) };
+        let mut argv: Vec<&str> = if c.stock_on_uroce { vec![] } else { vec![ix::BIN] };
         argv.extend(args.iter().map(String::as_str));
         let stock = self.stock_cmd(c);
         let t0 = Instant::now();
@@ -253,6 +298,17 @@ impl Bench {
                 let (rc, out) = self.console(&start, 30);
                 if rc != 0 {
                     return Err(format!("starting `{stock}` in the guest: rc {rc}\n{out}"));
+                }
+                if c.stock_on_uroce {
+                    // Debian's client does not retry its connection: wait for the server
+                    let wait = "i=0; while ! ss -ltn 2>/dev/null | grep -q ':18515 ' && [ $i -lt 300 ]; do \
+                                sleep 0.1; i=$((i+1)); done; ss -ltn | grep -q ':18515 '";
+                    if self.console(wait, 60).0 != 0 {
+                        return Err(format!(
+                            "the stock server in the guest is not listening:\n{}",
+                            self.console("cat /tmp/s.out", 30).1
+                        ));
+                    }
                 }
                 // the client retries its connection until the stock server listens
                 let done = Proc::spawn_in(&self.port.ns, &argv).wait(Duration::from_secs(RUN_LIMIT));
@@ -323,7 +379,8 @@ impl Bench {
                 return Err(diag(format!("uroce counted {k} = {}", ctr[k])));
             }
         }
-        if !ctr.contains_key("port.rx_frames") {
+        // (a stock binary on uroce's library prints no counters: the capture checks below hold)
+        if !c.stock_on_uroce && !ctr.contains_key("port.rx_frames") {
             return Err(diag("no --counters output from uroce".into()));
         }
         // Every frame in the capture must decode the same in uroce and tshark; if tcpdump lost
@@ -377,7 +434,16 @@ fn pingpong(flavour: Flavour) {
     let filter = std::env::var("UROCE_PP_FILTER").ok().filter(|s| !s.is_empty());
     let mut cases = Vec::new();
     for dir in [Dir::UroceClient, Dir::GuestClient] {
-        let case = |size, backend, v6| Case { dir, size, iters, backend, v6, corrupt_last: false, loss: 0 };
+        let case = |size, backend, v6| Case {
+            dir,
+            size,
+            iters,
+            backend,
+            v6,
+            corrupt_last: false,
+            loss: 0,
+            stock_on_uroce: false,
+        };
         cases.extend([case(1, "xdp", false), case(4096, "xdp", false), case(9001, "xdp", false)]);
         cases.extend([case(4096, "udp", false), case(4096, "xdp", true)]);
         // Data checked under loss: 1 % and 5 % drops + 1 % duplication on the bridge, 1 %
@@ -394,7 +460,22 @@ fn pingpong(flavour: Flavour) {
         v6: false,
         corrupt_last: true,
         loss: 0,
+        stock_on_uroce: false,
     });
+    // Debian's ibv_rc_pingpong itself on the host, over uroce's libibverbs.so.1, against
+    // Debian's ibv_rc_pingpong on rxe, both ways.
+    for dir in [Dir::UroceClient, Dir::GuestClient] {
+        cases.push(Case {
+            dir,
+            size: 4096,
+            iters: iters.min(200),
+            backend: "xdp",
+            v6: false,
+            corrupt_last: false,
+            loss: 0,
+            stock_on_uroce: true,
+        });
+    }
     let mut failures = Vec::new();
     let mut passed = 0;
     for c in cases.iter().filter(|c| filter.as_ref().is_none_or(|f| c.label().contains(f.as_str()))) {

@@ -5,7 +5,8 @@
 //!
 //! The backend is AF_XDP when the process may attach XDP programs (root) and kernel UDP
 //! otherwise; `UROCE_BACKEND=xdp|udp` chooses (`UROCE_UDP_PORT`: the UDP backend's port, 4791
-//! by default). `UROCE_PCAP=FILE` captures every frame.
+//! by default). `UROCE_PCAP=FILE` captures every frame; `UROCE_QUIRKS=retry_cnt_7_infinite`
+//! retries forever at `retry_cnt` 7, as rxe does.
 //!
 //! Each call translates libibverbs' structs to the engine's verbs types (same names, same
 //! numeric values) and back; the engine checks every rule. Handles are looked up in registries
@@ -83,7 +84,7 @@ pub fn start_runtime(c: &Context) -> Result<Runtime, c_int> {
         seed: None,
         pcap: std::env::var_os("UROCE_PCAP").map(Into::into),
         inject: None,
-        tweak: None,
+        tweak: Some(env_quirks),
         cc: Default::default(),
     };
     let port = Port::open(cfg).map_err(|e| {
@@ -91,6 +92,14 @@ pub fn start_runtime(c: &Context) -> Result<Runtime, c_int> {
         libc::EIO
     })?;
     Runtime::start(port).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// `UROCE_QUIRKS=retry_cnt_7_infinite`: rxe's reading of `retry_cnt = 7` as "retry forever"
+/// (`uroce_transport::Quirks`), for peers in guests that stall longer than the spec's retries
+/// last.
+fn env_quirks(dc: &mut uroce_transport::DeviceConfig) {
+    let q = std::env::var("UROCE_QUIRKS").unwrap_or_default();
+    dc.quirks.retry_cnt_7_infinite |= q.split(',').any(|s| s.trim() == "retry_cnt_7_infinite");
 }
 
 /// Kernel UDP on 4791 (`UROCE_UDP_PORT` for another).
