@@ -116,17 +116,6 @@ struct Bench {
     seq: u32,
 }
 
-/// Where `scripts/build-verbs` put uroce's libibverbs.so.1 (`UROCE_VERBS_DIR` overrides).
-fn verbs_dir() -> Option<PathBuf> {
-    let d = std::env::var_os("UROCE_VERBS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
-            .join("verbs")
-    });
-    d.join("libibverbs.so.1").exists().then_some(d)
-}
-
 fn have(tool: &str) -> bool {
     std::process::Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -247,7 +236,7 @@ impl Bench {
     /// address, 2 the ULA one: the table rxe builds), through `env` so the library path and
     /// the rxe quirk that stands in for `--retry-forever` reach it.
     fn stock_on_uroce_args(&self, c: &Case) -> Result<Vec<String>, String> {
-        let dir = verbs_dir().ok_or("uroce's libibverbs.so.1 is not built (scripts/build-verbs)")?;
+        let dir = ix::verbs_dir().ok_or("uroce's libibverbs.so.1 is not built (scripts/build-verbs)")?;
         let mut a: Vec<String> = vec![
             "env".into(),
             format!("LD_LIBRARY_PATH={}", dir.display()),

@@ -14,26 +14,17 @@
 //! Debian's `ibverbs-utils` and `perftest`, and root for the namespace.
 
 mod common;
+#[path = "common/ix.rs"]
+mod ix;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use uroce::netns::{NetPair, PairConfig};
 
-/// Where `scripts/build-verbs` put the library (`UROCE_VERBS_DIR` overrides).
-fn lib_dir() -> Option<PathBuf> {
-    let d = std::env::var_os("UROCE_VERBS_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
-        target.join("verbs")
-    });
-    d.join("libibverbs.so.1").exists().then_some(d)
-}
-
 /// The library, or None (a skip, or a failure under CI) when it or a tool is missing.
 fn setup(test: &str, tools: &[&str]) -> Option<PathBuf> {
-    let dir = lib_dir();
+    let dir = ix::verbs_dir();
     if !common::require(dir.is_some(), &format!("{test}: uroce's libibverbs.so.1 (run scripts/build-verbs)")) {
         return None;
     }

@@ -537,3 +537,15 @@ impl Drop for Tcpdump {
         self.halt();
     }
 }
+
+/// Where `scripts/build-verbs` put uroce's libibverbs.so.1 (`UROCE_VERBS_DIR` overrides).
+pub fn verbs_dir() -> Option<std::path::PathBuf> {
+    use std::path::{Path, PathBuf};
+    let d = std::env::var_os("UROCE_VERBS_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+            .join("verbs")
+    });
+    d.join("libibverbs.so.1").exists().then_some(d)
+}

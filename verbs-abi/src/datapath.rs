@@ -58,6 +58,26 @@ pub struct Qp {
     inline_len: usize,
 }
 
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // SAFETY: initialised in ibv_create_cq; nothing uses them once the CQ is unregistered.
+        unsafe {
+            libc::pthread_mutex_destroy(&mut self.ibv.mutex);
+            libc::pthread_cond_destroy(&mut self.ibv.cond);
+        }
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // SAFETY: initialised in ibv_create_qp; nothing uses them once the QP is unregistered.
+        unsafe {
+            libc::pthread_mutex_destroy(&mut self.ibv.mutex);
+            libc::pthread_cond_destroy(&mut self.ibv.cond);
+        }
+    }
+}
+
 /// Live MRs, CQs and QPs, by address.
 pub static MRS: Registry<Mr> = Registry::new();
 /// Live CQs.
@@ -144,10 +164,7 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int {
     let Ok((_, rt)) = rt_of(p.ibv.context) else { return libc::EINVAL };
     match rt.with(|d| d.dealloc_pd(p.engine)) {
         Ok(()) => {
-            if let Some(p) = PDS.remove(pd.cast()) {
-                // SAFETY: removed from the registry: the one owner.
-                drop(unsafe { Box::from_raw(p) });
-            }
+            drop(PDS.take(pd.cast()));
             0
         }
         Err(e) => e.errno(),
@@ -221,10 +238,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int {
     let Ok((_, rt)) = rt_of(m.ibv.context) else { return libc::EINVAL };
     match rt.with(|d| d.dereg_mr(m.ibv.lkey)) {
         Ok(_) => {
-            if let Some(m) = MRS.remove(mr.cast()) {
-                // SAFETY: removed from the registry: the one owner.
-                drop(unsafe { Box::from_raw(m) });
-            }
+            drop(MRS.take(mr.cast()));
             0
         }
         Err(e) => e.errno(),
@@ -276,14 +290,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
     let Ok((_, rt)) = rt_of(c.ibv.context) else { return libc::EINVAL };
     match rt.with(|d| d.destroy_cq(c.engine)) {
         Ok(()) => {
-            if let Some(c) = CQS.remove(cq.cast()) {
-                // SAFETY: removed from the registry: the one owner.
-                unsafe {
-                    libc::pthread_mutex_destroy(&mut (*c).ibv.mutex);
-                    libc::pthread_cond_destroy(&mut (*c).ibv.cond);
-                    drop(Box::from_raw(c));
-                }
-            }
+            drop(CQS.take(cq.cast()));
             0
         }
         Err(e) => e.errno(),
@@ -418,14 +425,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
     });
     match r {
         Ok(()) => {
-            if let Some(q) = QPS.remove(qp.cast()) {
-                // SAFETY: removed from the registry: the one owner.
-                unsafe {
-                    libc::pthread_mutex_destroy(&mut (*q).ibv.mutex);
-                    libc::pthread_cond_destroy(&mut (*q).ibv.cond);
-                    drop(Box::from_raw(q));
-                }
-            }
+            drop(QPS.take(qp.cast()));
             0
         }
         Err(e) => e.errno(),

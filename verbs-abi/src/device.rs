@@ -248,14 +248,24 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext
 /// `ibv_close_device(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_close_device(ctx: *mut IbvContext) -> c_int {
-    let Some(c) = CONTEXTS.remove(ctx.cast()) else { return libc::EINVAL };
-    // SAFETY: removed from the registry, so this is the one owner; the fd is the context's.
-    unsafe {
-        libc::close((*c).vctx.context.async_fd);
-        libc::pthread_mutex_destroy(&mut (*c).vctx.context.mutex);
-        drop(Box::from_raw(c));
+    match CONTEXTS.take(ctx.cast()) {
+        Some(c) => {
+            drop(c);
+            0
+        }
+        None => libc::EINVAL,
     }
-    0
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor and the mutex are the context's own, made in ibv_open_device;
+        // nothing uses them once it is unregistered. (The runtime stops with the OnceLock.)
+        unsafe {
+            libc::close(self.vctx.context.async_fd);
+            libc::pthread_mutex_destroy(&mut self.vctx.context.mutex);
+        }
+    }
 }
 
 /// `ibv_query_device(3)`: limits true to the engine (rxe's where the engine has none).

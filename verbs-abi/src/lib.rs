@@ -72,9 +72,11 @@ impl<T> Registry<T> {
         self.lock().insert(key as usize, obj as usize);
     }
 
-    /// Unregister `key`, handing back its object (the caller frees it).
-    pub fn remove(&self, key: *const c_void) -> Option<*mut T> {
-        self.lock().remove(&(key as usize)).map(|o| o as *mut T)
+    /// Unregister `key`, handing back the object it owned (dropping it frees it).
+    pub fn take(&self, key: *const c_void) -> Option<Box<T>> {
+        let o = self.lock().remove(&(key as usize))?;
+        // SAFETY: registered objects are leaked Boxes; removed from the map, this is the one owner.
+        Some(unsafe { Box::from_raw(o as *mut T) })
     }
 
     /// The object registered under `key`.
