@@ -613,6 +613,18 @@ pub struct WorkCompletion {
     pub wc_flags: WcFlags,
     /// P_Key index.
     pub pkey_index: u16,
+    /// A receive whose message asked for a solicited event (BTH SE on its last packet). Not in
+    /// `struct ibv_wc`: it decides whether a CQ armed solicited-only raises an event.
+    pub solicited: bool,
+}
+
+impl WorkCompletion {
+    /// Whether this completion raises the event of a CQ armed with `solicited_only`: a
+    /// solicited receive or any unsuccessful completion (IBTA §11.4.2.2, "the next solicited
+    /// or unsuccessful completion"; rxe `do_complete`: `bth_se(pkt)`, and 1 for errors).
+    pub fn raises_solicited_event(&self) -> bool {
+        self.solicited || self.status != WcStatus::Success
+    }
 }
 
 /// Why a verb failed. `errno()` gives the value libibverbs would return.

@@ -18,7 +18,8 @@ use crate::{set_errno, Registry};
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
 use std::net::IpAddr;
-use uroce_io::runtime::{connect, BackendKind, Port, PortConfig, Runtime};
+use std::sync::Arc;
+use uroce_io::runtime::{connect, BackendKind, Port, PortConfig, Runtime, WatchedCq};
 use uroce_transport::verbs::*;
 use uroce_transport::MrInfo;
 
@@ -45,6 +46,8 @@ pub struct Cq {
     pub ibv: IbvCq,
     /// The engine's CQ.
     pub engine: CqHandle,
+    /// Its completions, moved into a lock-free queue by whichever thread drives the port.
+    pub watch: Arc<WatchedCq>,
 }
 
 /// A QP.
@@ -266,14 +269,14 @@ pub unsafe extern "C" fn ibv_create_cq(
         Ok(h) => h,
         Err(e) => return fail(e.errno()),
     };
-    rt.watch_cq(engine, n.max(1));
+    let watch = rt.watch_cq(engine, n.max(1));
     // SAFETY: integers, pointers and pthread objects (initialised below): all-zero is valid.
     let mut ibv: IbvCq = unsafe { core::mem::zeroed() };
     ibv.context = ctx;
     ibv.cq_context = cq_context;
     ibv.handle = engine.0;
     ibv.cqe = cqe;
-    let cq = Box::into_raw(Box::new(Cq { ibv, engine }));
+    let cq = Box::into_raw(Box::new(Cq { ibv, engine, watch }));
     // SAFETY: fresh allocation; initialised once.
     unsafe {
         libc::pthread_mutex_init(&mut (*cq).ibv.mutex, core::ptr::null());
@@ -290,6 +293,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
     let Ok((_, rt)) = rt_of(c.ibv.context) else { return libc::EINVAL };
     match rt.with(|d| d.destroy_cq(c.engine)) {
         Ok(()) => {
+            rt.unwatch_cq(c.engine);
             drop(CQS.take(cq.cast()));
             0
         }
@@ -309,7 +313,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut c_void, n: c_int, wc: *mut c_void) -> 
     let mut done = 0usize;
     while done < n {
         let want = (n - done).min(buf.len());
-        let got = rt.poll_cq(c.engine, &mut buf[..want]);
+        let got = rt.poll_watched(&c.watch, &mut buf[..want]);
         for (i, w) in buf[..got].iter().enumerate() {
             let out = WcC {
                 wr_id: w.wr_id,

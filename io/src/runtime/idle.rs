@@ -1,32 +1,100 @@
 //! What the threaded and the sharded runtime's progress loops share: moving an engine CQ's
-//! completions into the lock-free queue an application polls, and sleeping on the backend's
-//! descriptors and a wake-up eventfd.
+//! completions into the lock-free queue an application polls (with its notification), and
+//! sleeping on the backend's descriptors and a wake-up eventfd.
 
 use crossbeam::queue::ArrayQueue;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 use uroce_transport::{CqHandle, Device, WorkCompletion};
 
-/// Move completions of `cq` into `q` while it has room (`buf`: scratch); returns how many.
-pub(super) fn feed_cq(
-    dev: &mut Device,
+/// A CQ whose completions the runtime moves into a lock-free queue the application polls
+/// ([`Runtime::poll_watched`]), with an optional notification: after [`WatchedCq::arm`], the
+/// next completion moved (or, armed solicited-only, the next one that
+/// [`WorkCompletion::raises_solicited_event`]) calls the notifier once — `ibv_req_notify_cq`'s
+/// contract (IBTA §11.4.2.2).
+pub struct WatchedCq {
     cq: CqHandle,
-    q: &ArrayQueue<WorkCompletion>,
-    buf: &mut [WorkCompletion],
-) -> usize {
-    let mut moved = 0;
-    while q.len() < q.capacity() {
-        let room = (q.capacity() - q.len()).min(buf.len());
-        let n = dev.poll_cq(cq, &mut buf[..room]).unwrap_or(0);
-        for wc in &buf[..n] {
-            let _ = q.push(*wc);
-        }
-        moved += n;
-        if n < room {
-            break;
-        }
+    queue: ArrayQueue<WorkCompletion>,
+    /// 0: not armed; [`ARMED_NEXT`]; [`ARMED_SOLICITED`].
+    armed: AtomicU8,
+    notify: Option<Box<dyn Fn() + Send + Sync>>,
+}
+
+const ARMED_NEXT: u8 = 1;
+const ARMED_SOLICITED: u8 = 2;
+
+impl WatchedCq {
+    pub(super) fn new(cq: CqHandle, depth: usize, notify: Option<Box<dyn Fn() + Send + Sync>>) -> WatchedCq {
+        WatchedCq { cq, queue: ArrayQueue::new(depth.max(1)), armed: AtomicU8::new(0), notify }
     }
-    moved
+
+    /// The engine's CQ.
+    pub fn handle(&self) -> CqHandle {
+        self.cq
+    }
+
+    /// Request one notification for the next completion (`solicited_only`: the next solicited
+    /// or unsuccessful one). Arming again before it fires keeps the broader request.
+    pub fn arm(&self, solicited_only: bool) {
+        let want = if solicited_only { ARMED_SOLICITED } else { ARMED_NEXT };
+        let _ = self.armed.fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| match a {
+            ARMED_NEXT => None,
+            _ => Some(want),
+        });
+    }
+
+    /// Completions moved but not yet polled.
+    pub fn pending(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub(super) fn pop_into(&self, out: &mut [WorkCompletion]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            match self.queue.pop() {
+                Some(wc) => {
+                    out[n] = wc;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    /// Move the engine CQ's completions in while there is room; fire an armed notification.
+    pub(super) fn feed(&self, dev: &mut Device, buf: &mut [WorkCompletion]) -> usize {
+        let mut fire = false;
+        let mut moved = 0;
+        loop {
+            let room = self.queue.capacity().saturating_sub(self.queue.len()).min(buf.len());
+            if room == 0 {
+                break;
+            }
+            let n = dev.poll_cq(self.cq, &mut buf[..room]).unwrap_or(0);
+            for wc in &buf[..n] {
+                let _ = self.queue.push(*wc);
+            }
+            moved += n;
+            if n > 0 {
+                fire |= match self.armed.load(Ordering::Acquire) {
+                    ARMED_NEXT => true,
+                    ARMED_SOLICITED => buf[..n].iter().any(WorkCompletion::raises_solicited_event),
+                    _ => false,
+                };
+            }
+            if n < room {
+                break;
+            }
+        }
+        if fire && self.armed.swap(0, Ordering::AcqRel) != 0 {
+            if let Some(f) = &self.notify {
+                f();
+            }
+        }
+        moved
+    }
 }
 
 /// Sleep until one of `sockets` or the wake-up eventfd `wake` is readable, or `timeout` (at

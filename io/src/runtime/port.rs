@@ -291,9 +291,11 @@ impl Port {
     /// One round: receive a batch, fire due timers, transmit everything the engine has.
     /// Returns whether anything happened.
     pub fn poll(&mut self) -> std::io::Result<bool> {
-        let now = self.now();
+        // One clock read per round: the engine's time, the injector's and the capture's.
         let std_now = StdInstant::now();
-        let wall = self.wall_epoch + self.epoch.elapsed();
+        let since = std_now.saturating_duration_since(self.epoch);
+        let now = Instant::from_nanos(since.as_nanos() as u64);
+        let wall = self.wall_epoch + since;
         let ts = wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let Port { backend, dev, pcap, injector, stats, tx_budget, tx_blocked, pause, .. } = self;
         *tx_blocked = false;

@@ -37,7 +37,8 @@
 //! sleep. Completions of a watched CQ ([`ShardedRuntime::watch_cq`]) are moved by the shard's
 //! thread into a lock-free [`ShardCq`] the application polls without involving the shard.
 
-use super::{idle, BackendKind};
+use super::idle::{self, WatchedCq};
+use super::BackendKind;
 use super::{Port, PortConfig, PortStats};
 use crate::xdp::XdpBackend;
 use crossbeam::queue::ArrayQueue;
@@ -69,22 +70,12 @@ pub struct ShardedConfig {
 
 /// A watched CQ's completions, filled by its shard's thread, read lock-free by applications.
 #[derive(Clone)]
-pub struct ShardCq(Arc<ArrayQueue<WorkCompletion>>);
+pub struct ShardCq(Arc<WatchedCq>);
 
 impl ShardCq {
     /// Up to `out.len()` completions.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
-        let mut n = 0;
-        while n < out.len() {
-            match self.0.pop() {
-                Some(wc) => {
-                    out[n] = wc;
-                    n += 1;
-                }
-                None => break,
-            }
-        }
-        n
+        self.0.pop_into(out)
     }
 }
 
@@ -92,7 +83,7 @@ impl ShardCq {
 pub struct ShardState {
     /// The shard's port.
     pub port: Port,
-    cqs: Vec<(CqHandle, Arc<ArrayQueue<WorkCompletion>>)>,
+    cqs: Vec<Arc<WatchedCq>>,
 }
 
 struct Mailbox {
@@ -228,9 +219,9 @@ impl ShardedRuntime {
     /// From now on shard `s`'s thread moves `cq`'s completions into a lock-free queue of
     /// `depth` entries, returned here.
     pub fn watch_cq(&self, s: usize, cq: CqHandle, depth: usize) -> ShardCq {
-        let q = Arc::new(ArrayQueue::new(depth.max(1)));
+        let q = Arc::new(WatchedCq::new(cq, depth, None));
         let q2 = q.clone();
-        self.with_state(s, move |st| st.cqs.push((cq, q2)));
+        self.with_state(s, move |st| st.cqs.push(q2));
         ShardCq(q)
     }
 
@@ -300,8 +291,8 @@ fn shard_thread(mb: &Mailbox, mut st: ShardState, cpu: Option<usize>) -> Port {
             Err(e) => tracing::error!(%e, "shard port I/O error"),
         }
         let ShardState { port, cqs } = &mut st;
-        for (cq, q) in cqs.iter() {
-            work |= idle::feed_cq(port.device(), *cq, q, &mut buf) > 0;
+        for q in cqs.iter() {
+            work |= q.feed(port.device(), &mut buf) > 0;
         }
         if work {
             idle = 0;

@@ -4,24 +4,73 @@
 //! servicing, wake-ups, fill-ring refills, transmit kicks) has its own thread, while engine
 //! work is serialized — parallel engine work needs QPs sharded across engines, which this
 //! layout leaves room for (a `Port` per shard).
+//!
+//! Application threads drive the port too: a poll of an empty watched CQ runs a progress round
+//! in the caller's thread when the lock is free, and posting work transmits it before the call
+//! returns. While the application keeps polling (a poll in the last [`APP_ACTIVE`]), the
+//! progress threads do not spin against it for the lock: they sleep on their descriptors at
+//! once, as backups for arrivals between the application's polls and for timers.
 
-use super::{idle, Port};
-use crossbeam::queue::ArrayQueue;
-use std::collections::HashMap;
+use super::idle::{self, WatchedCq};
+use super::Port;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use uroce_transport::{CqHandle, Device, WorkCompletion};
 
+struct Inner {
+    port: Port,
+    cqs: Vec<Arc<WatchedCq>>,
+    scratch: Box<[WorkCompletion; 64]>,
+    /// The queue an application thread's next round serves (several queues: in turn, so each
+    /// queue's socket transmits, as each progress thread's does).
+    next_queue: usize,
+}
+
+impl Inner {
+    /// One progress round: the port's I/O and timers, then the watched CQs fed.
+    fn round(&mut self, queue: Option<usize>) -> bool {
+        let n = self.port.queues();
+        let queue = queue.or_else(|| {
+            (n > 1).then(|| {
+                self.next_queue = (self.next_queue + 1) % n;
+                self.next_queue
+            })
+        });
+        let polled = match queue {
+            Some(q) => self.port.poll_queue(q),
+            None => self.port.poll(),
+        };
+        let work = polled.unwrap_or_else(|e| {
+            tracing::error!(%e, "port I/O error");
+            false
+        });
+        let Inner { port, cqs, scratch, .. } = self;
+        for c in cqs.iter() {
+            c.feed(port.device(), &mut scratch[..]);
+        }
+        work
+    }
+}
+
 struct Shared {
-    port: Mutex<Port>,
+    inner: Mutex<Inner>,
     stop: AtomicBool,
     /// One wake-up eventfd per progress thread.
     wakes: Vec<OwnedFd>,
-    /// Completion queues the progress thread drains into lock-free queues.
-    cqs: Mutex<HashMap<u32, Arc<ArrayQueue<WorkCompletion>>>>,
+    /// When the application last polled ([`clock`] ns; 0: never, or it is blocked).
+    app_polled: AtomicU64,
+}
+
+/// How recent an application poll keeps the progress threads from spinning.
+pub const APP_ACTIVE: Duration = Duration::from_micros(500);
+
+/// Nanoseconds since the first call (never 0 after it).
+fn clock() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
 }
 
 impl Shared {
@@ -34,21 +83,27 @@ impl Shared {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Port> {
-        self.port.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn app_active(&self) -> bool {
+        let t = self.app_polled.load(Ordering::Relaxed);
+        t != 0 && clock().saturating_sub(t) < APP_ACTIVE.as_nanos() as u64
     }
 }
 
-/// A port driven by a progress thread. Application threads reach the engine through
-/// [`Runtime::with`] (a short lock; posting work wakes the progress thread at once) and
-/// poll completions either the same way or, for CQs registered with [`Runtime::watch_cq`],
-/// from a lock-free queue the progress thread fills.
+/// A port driven by progress threads and by the application's own calls. Application threads
+/// reach the engine through [`Runtime::with`] (a short lock; the work it posted is transmitted
+/// before it returns) and read completions of CQs registered with [`Runtime::watch_cq`] from a
+/// lock-free queue ([`Runtime::poll_watched`]).
 pub struct Runtime {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
 }
 
-/// Idle polls spent spinning before the progress thread sleeps.
+/// Idle polls spent spinning before a progress thread sleeps (while the application is not
+/// polling).
 const SPIN_ROUNDS: u32 = 200;
 
 impl Runtime {
@@ -65,11 +120,12 @@ impl Runtime {
             // SAFETY: `fd` is a fresh descriptor nobody else owns.
             wakes.push(unsafe { OwnedFd::from_raw_fd(fd) });
         }
+        let inner = Inner { port, cqs: Vec::new(), scratch: Box::new([WorkCompletion::default(); 64]), next_queue: 0 };
         let shared = Arc::new(Shared {
-            port: Mutex::new(port),
+            inner: Mutex::new(inner),
             stop: AtomicBool::new(false),
             wakes,
-            cqs: Mutex::new(HashMap::new()),
+            app_polled: AtomicU64::new(0),
         });
         let mut rt = Runtime { shared, threads: Vec::with_capacity(n) };
         for q in 0..n {
@@ -88,47 +144,84 @@ impl Runtime {
         self.threads.len()
     }
 
-    /// Run `f` on the engine (a short lock), then wake the progress thread so work it posted
-    /// goes out at once.
+    /// Run `f` on the engine (a short lock), then run a progress round so the work it posted
+    /// goes out before this returns; the progress threads are woken unless the application is
+    /// polling (its next poll carries on).
     pub fn with<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
-        let r = f(self.shared.lock().device());
-        self.shared.kick();
+        let r = {
+            let mut g = self.shared.lock();
+            let r = f(g.port.device());
+            g.round(None);
+            r
+        };
+        if !self.shared.app_active() {
+            self.shared.kick();
+        }
         r
     }
 
     /// Run `f` on the whole port.
     pub fn with_port<R>(&self, f: impl FnOnce(&mut Port) -> R) -> R {
-        let r = f(&mut self.shared.lock());
+        let r = f(&mut self.shared.lock().port);
         self.shared.kick();
         r
     }
 
-    /// From now on the progress thread moves `cq`'s completions into a lock-free queue of
-    /// `depth` entries; read them with [`Runtime::poll_cq`] without taking the port's lock.
-    pub fn watch_cq(&self, cq: CqHandle, depth: usize) {
-        self.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).insert(cq.0, Arc::new(ArrayQueue::new(depth.max(1))));
+    /// From now on the runtime moves `cq`'s completions into a lock-free queue of `depth`
+    /// entries; read them with [`Runtime::poll_watched`] without taking the port's lock.
+    pub fn watch_cq(&self, cq: CqHandle, depth: usize) -> Arc<WatchedCq> {
+        self.watch_cq_notify(cq, depth, None)
     }
 
-    /// Up to `out.len()` completions of a watched CQ, lock-free. Unwatched CQs: polled under
-    /// the lock.
+    /// [`Runtime::watch_cq`] with a notifier that [`WatchedCq::arm`] arms (a completion
+    /// channel's event). It runs on whichever thread moves the completion, under the port's
+    /// lock: it must not call back into the runtime.
+    pub fn watch_cq_notify(
+        &self,
+        cq: CqHandle,
+        depth: usize,
+        notify: Option<Box<dyn Fn() + Send + Sync>>,
+    ) -> Arc<WatchedCq> {
+        let w = Arc::new(WatchedCq::new(cq, depth, notify));
+        let mut g = self.shared.lock();
+        g.cqs.retain(|c| c.handle() != cq);
+        g.cqs.push(w.clone());
+        w
+    }
+
+    /// Stop watching `cq` (before destroying it).
+    pub fn unwatch_cq(&self, cq: CqHandle) {
+        self.shared.lock().cqs.retain(|c| c.handle() != cq);
+    }
+
+    /// Up to `out.len()` completions of a watched CQ, lock-free. When it has none, the caller
+    /// runs a progress round itself if no progress thread holds the port.
+    pub fn poll_watched(&self, w: &WatchedCq, out: &mut [WorkCompletion]) -> usize {
+        let n = w.pop_into(out);
+        if n > 0 || out.is_empty() {
+            return n;
+        }
+        self.shared.app_polled.store(clock(), Ordering::Relaxed);
+        if let Ok(mut g) = self.shared.inner.try_lock() {
+            g.round(None);
+        }
+        w.pop_into(out)
+    }
+
+    /// [`Runtime::poll_watched`] by handle (unwatched CQs: polled under the lock).
     pub fn poll_cq(&self, cq: CqHandle, out: &mut [WorkCompletion]) -> usize {
-        let q = self.shared.cqs.lock().unwrap_or_else(|e| e.into_inner()).get(&cq.0).cloned();
-        match q {
-            Some(q) => {
-                let mut n = 0;
-                while n < out.len() {
-                    match q.pop() {
-                        Some(wc) => {
-                            out[n] = wc;
-                            n += 1;
-                        }
-                        None => break,
-                    }
-                }
-                n
-            }
+        let w = self.shared.lock().cqs.iter().find(|c| c.handle() == cq).cloned();
+        match w {
+            Some(w) => self.poll_watched(&w, out),
             None => self.with(|d| d.poll_cq(cq, out).unwrap_or(0)),
         }
+    }
+
+    /// The application is about to block (waiting for a completion event): the progress
+    /// threads take over arrivals at once.
+    pub fn app_blocking(&self) {
+        self.shared.app_polled.store(0, Ordering::Relaxed);
+        self.shared.kick();
     }
 
     /// Stop the progress thread and give the port back (`None` only if another handle to
@@ -137,7 +230,7 @@ impl Runtime {
         self.halt();
         let shared = self.shared.clone();
         drop(self);
-        Arc::try_unwrap(shared).ok().map(|s| s.port.into_inner().unwrap_or_else(|e| e.into_inner()))
+        Arc::try_unwrap(shared).ok().map(|s| s.inner.into_inner().unwrap_or_else(|e| e.into_inner()).port)
     }
 
     fn halt(&mut self) {
@@ -156,47 +249,44 @@ impl Drop for Runtime {
 }
 
 /// The loop of one progress thread: `queue` is the receive queue it serves (`None`: the
-/// port's only thread, serving everything); `wake` indexes its eventfd.
+/// port's only thread, serving everything); `wake` indexes its eventfd. It only try-locks the
+/// port: when an application thread holds it, that thread is doing the round, and blocking on
+/// the lock would cost both a futex sleep and a wake-up.
 fn progress(s: &Shared, queue: Option<usize>, wake: usize) {
+    let fd = {
+        let g = s.lock();
+        match queue {
+            Some(q) => g.port.queue_fd(q),
+            None => g.port.raw_fd(),
+        }
+    };
+    // With a descriptor to wait on (arrivals wake us; posted work kicks the eventfd), sleep
+    // until the next engine timer, at most 100 ms; without one, poll every 1 ms.
+    let cap = if fd.is_some() { Duration::from_millis(100) } else { Duration::from_millis(1) };
     let mut idle = 0u32;
-    let mut buf = [WorkCompletion::default(); 64];
     while !s.stop.load(Ordering::Acquire) {
-        let (work, sleep, fd) = {
-            let mut p = s.lock();
-            let polled = match queue {
-                Some(q) => p.poll_queue(q),
-                None => p.poll(),
-            };
-            let work = match polled {
-                Ok(w) => w,
-                Err(e) => {
-                    tracing::error!(%e, "port I/O error");
-                    false
-                }
-            };
-            // Feed the watched CQs.
-            let cqs = s.cqs.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            for (cq, q) in cqs {
-                idle::feed_cq(p.device(), CqHandle(cq), &q, &mut buf);
+        let (work, sleep) = match s.inner.try_lock() {
+            Ok(mut g) => (g.round(queue), g.port.idle_timeout(cap)),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                let mut g = p.into_inner();
+                (g.round(queue), g.port.idle_timeout(cap))
             }
-            // With a descriptor to wait on (arrivals wake us; posted work kicks the eventfd),
-            // sleep until the next engine timer, at most 100 ms; without one, poll every 1 ms.
-            let fd = match queue {
-                Some(q) => p.queue_fd(q),
-                None => p.raw_fd(),
-            };
-            let cap = if fd.is_some() { Duration::from_millis(100) } else { Duration::from_millis(1) };
-            (work, p.idle_timeout(cap), fd)
+            // An application thread is running a round: look again shortly.
+            Err(std::sync::TryLockError::WouldBlock) => (false, BUSY_RECHECK),
         };
         if work {
             idle = 0;
             continue;
         }
         idle += 1;
-        if idle < SPIN_ROUNDS {
+        if idle < SPIN_ROUNDS && !s.app_active() {
             std::hint::spin_loop();
             continue;
         }
         idle::wait(fd.as_slice(), s.wakes[wake].as_raw_fd(), sleep);
     }
 }
+
+/// How long a progress thread that found the port busy sleeps before it looks again (arrivals
+/// and kicks wake it sooner).
+const BUSY_RECHECK: Duration = Duration::from_micros(100);

@@ -366,13 +366,13 @@ impl Qp {
             // The message does not fit the receive buffer: local length error here, invalid
             // request for the requester (IBTA §9.7.5.2.4; rxe ERR_LENGTH).
             self.rq.pop_front();
-            self.complete_recv(ctx, &wqe, WcOpcode::Recv, WcStatus::LocLenErr, 0, 0, WcFlags::NONE);
+            self.complete_recv(ctx, &wqe, WcOpcode::Recv, WcStatus::LocLenErr, 0, 0, WcFlags::NONE, false);
             self.resp.msg = InMsg::None;
             return Err(RespError::InvalidRequest);
         }
         if let Err(st) = scatter(ctx.mrs, self.pd, self.rq.sges(&wqe), off, payload) {
             self.rq.pop_front();
-            self.complete_recv(ctx, &wqe, WcOpcode::Recv, st, 0, 0, WcFlags::NONE);
+            self.complete_recv(ctx, &wqe, WcOpcode::Recv, st, 0, 0, WcFlags::NONE, false);
             self.resp.msg = InMsg::None;
             return Err(RespError::RemoteOp);
         }
@@ -389,7 +389,16 @@ impl Qp {
                 (None, Some(k)) => (k, WcFlags::WITH_INV),
                 _ => (0, WcFlags::NONE),
             };
-            self.complete_recv(ctx, &wqe, WcOpcode::Recv, WcStatus::Success, off as u32, imm, flags);
+            self.complete_recv(
+                ctx,
+                &wqe,
+                WcOpcode::Recv,
+                WcStatus::Success,
+                off as u32,
+                imm,
+                flags,
+                p.roce.bth.solicited,
+            );
         } else {
             self.resp.msg = InMsg::Send { off };
         }
@@ -407,6 +416,7 @@ impl Qp {
         byte_len: u32,
         imm: u32,
         flags: WcFlags,
+        solicited: bool,
     ) {
         let wc = WorkCompletion {
             wr_id: wqe.wr_id,
@@ -417,6 +427,7 @@ impl Qp {
             qp_num: self.qpn.value(),
             src_qp: self.attr.dest_qp_num,
             wc_flags: flags,
+            solicited,
             ..Default::default()
         };
         ctx.complete(self.recv_cq, wc);
@@ -492,6 +503,7 @@ impl Qp {
                     total,
                     imm,
                     WcFlags::WITH_IMM,
+                    p.roce.bth.solicited,
                 );
             }
         } else {
