@@ -18,6 +18,7 @@ use crate::{set_errno, Registry};
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
 use std::net::IpAddr;
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use uroce_io::runtime::{connect, BackendKind, Port, PortConfig, Runtime, WatchedCq};
 use uroce_transport::verbs::*;
@@ -48,6 +49,8 @@ pub struct Cq {
     pub engine: CqHandle,
     /// Its completions, moved into a lock-free queue by whichever thread drives the port.
     pub watch: Arc<WatchedCq>,
+    /// Completion events `ibv_get_cq_event` handed out for it ([`crate::events`]).
+    pub events_read: AtomicU32,
 }
 
 /// A QP.
@@ -248,7 +251,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int {
     }
 }
 
-/// `ibv_create_cq(3)`. Completion channels are not there yet: a `channel` is `EOPNOTSUPP`.
+/// `ibv_create_cq(3)`, attached to a completion channel if `channel` is not NULL.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_cq(
     ctx: *mut IbvContext,
@@ -261,22 +264,29 @@ pub unsafe extern "C" fn ibv_create_cq(
         Ok(x) => x,
         Err(e) => return fail(e),
     };
-    if !channel.is_null() {
-        return fail(libc::EOPNOTSUPP);
-    }
+    let notify = match crate::events::notifier(ctx, channel) {
+        Ok(n) => n,
+        Err(e) => return fail(e),
+    };
     let Ok(n) = usize::try_from(cqe) else { return fail(libc::EINVAL) };
     let engine = match rt.with(|d| d.create_cq(n)) {
         Ok(h) => h,
         Err(e) => return fail(e.errno()),
     };
-    let watch = rt.watch_cq(engine, n.max(1));
+    let (notify, slot) = notify.unzip();
+    let watch = rt.watch_cq_notify(engine, n.max(1), notify);
     // SAFETY: integers, pointers and pthread objects (initialised below): all-zero is valid.
     let mut ibv: IbvCq = unsafe { core::mem::zeroed() };
     ibv.context = ctx;
     ibv.cq_context = cq_context;
     ibv.handle = engine.0;
     ibv.cqe = cqe;
-    let cq = Box::into_raw(Box::new(Cq { ibv, engine, watch }));
+    ibv.channel = channel;
+    let cq = Box::into_raw(Box::new(Cq { ibv, engine, watch, events_read: AtomicU32::new(0) }));
+    if let Some(s) = slot {
+        s.store(cq as usize, std::sync::atomic::Ordering::Release);
+        crate::events::attach(channel);
+    }
     // SAFETY: fresh allocation; initialised once.
     unsafe {
         libc::pthread_mutex_init(&mut (*cq).ibv.mutex, core::ptr::null());
@@ -286,7 +296,8 @@ pub unsafe extern "C" fn ibv_create_cq(
     cq.cast()
 }
 
-/// `ibv_destroy_cq(3)`: `EBUSY` while a QP uses it.
+/// `ibv_destroy_cq(3)`: `EBUSY` while a QP uses it; with a channel, it first waits until
+/// every event `ibv_get_cq_event` returned for it is acknowledged, as rdma-core's does.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
     let Some(c) = CQS.get(cq.cast()) else { return libc::EINVAL };
@@ -294,6 +305,10 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
     match rt.with(|d| d.destroy_cq(c.engine)) {
         Ok(()) => {
             rt.unwatch_cq(c.engine);
+            if !c.ibv.channel.is_null() {
+                crate::events::wait_acked(cq, c);
+                crate::events::detach(c.ibv.channel);
+            }
             drop(CQS.take(cq.cast()));
             0
         }
@@ -719,7 +734,3 @@ pub unsafe extern "C" fn post_recv(qp: *mut c_void, wr: *mut c_void, bad: *mut *
         Ok(c.next)
     })
 }
-
-/// `ibv_ack_cq_events(3)`: nothing to count until completion channels exist.
-#[no_mangle]
-pub extern "C" fn ibv_ack_cq_events(_cq: *mut IbvCq, _n: u32) {}

@@ -143,10 +143,7 @@ pub fn context<'a>(ctx: *mut IbvContext) -> Option<&'a Context> {
     CONTEXTS.get(ctx.cast())
 }
 
-// Until an SRQ or a CQ event exists, these fail as their verbs document.
-unsafe extern "C" fn req_notify_missing(_cq: *mut c_void, _solicited: c_int) -> c_int {
-    libc::EOPNOTSUPP
-}
+// Until an SRQ exists, this fails as its verb documents.
 unsafe extern "C" fn post_srq_missing(_q: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
     if !bad.is_null() {
         // SAFETY: `bad` is the caller's `struct ibv_recv_wr **`.
@@ -232,7 +229,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext
     c.num_comp_vectors = 1;
     c.abi_compat = usize::MAX as *mut c_void;
     c.ops.poll_cq = Some(crate::datapath::poll_cq);
-    c.ops.req_notify_cq = Some(req_notify_missing);
+    c.ops.req_notify_cq = Some(crate::events::req_notify_cq);
     c.ops.post_srq_recv = Some(post_srq_missing);
     c.ops.post_send = Some(crate::datapath::post_send);
     c.ops.post_recv = Some(crate::datapath::post_recv);

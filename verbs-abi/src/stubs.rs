@@ -55,7 +55,6 @@ macro_rules! returns_nothing {
 
 // Public verbs not implemented yet.
 returns_null!(
-    ibv_create_comp_channel,
     ibv_create_srq,
     ibv_create_ah,
     ibv_create_ah_from_wc,
@@ -67,7 +66,6 @@ returns_null!(
     ibv_import_dm,
 );
 returns_errno!(
-    ibv_destroy_comp_channel,
     ibv_resize_cq,
     ibv_destroy_srq,
     ibv_modify_srq,
@@ -82,14 +80,7 @@ returns_errno!(
     ibv_set_ece,
     ibv_query_qp_data_in_order,
 );
-returns_minus_one!(
-    ibv_get_cq_event,
-    ibv_get_async_event,
-    ibv_rate_to_mult,
-    mult_to_ibv_rate,
-    ibv_rate_to_mbps,
-    mbps_to_ibv_rate
-);
+returns_minus_one!(ibv_rate_to_mult, mult_to_ibv_rate, ibv_rate_to_mbps, mbps_to_ibv_rate);
 returns_nothing!(ibv_ack_async_event, ibv_unimport_pd, ibv_unimport_mr, ibv_unimport_dm);
 
 /// `_ibv_query_gid_table`: a negative error number (it returns `ssize_t`).

@@ -18,14 +18,17 @@ pub struct WatchedCq {
     queue: ArrayQueue<WorkCompletion>,
     /// 0: not armed; [`ARMED_NEXT`]; [`ARMED_SOLICITED`].
     armed: AtomicU8,
-    notify: Option<Box<dyn Fn() + Send + Sync>>,
+    notify: Option<Notify>,
 }
+
+/// What a [`WatchedCq`] calls when an armed notification fires.
+pub type Notify = Box<dyn Fn() + Send + Sync>;
 
 const ARMED_NEXT: u8 = 1;
 const ARMED_SOLICITED: u8 = 2;
 
 impl WatchedCq {
-    pub(super) fn new(cq: CqHandle, depth: usize, notify: Option<Box<dyn Fn() + Send + Sync>>) -> WatchedCq {
+    pub(super) fn new(cq: CqHandle, depth: usize, notify: Option<Notify>) -> WatchedCq {
         WatchedCq { cq, queue: ArrayQueue::new(depth.max(1)), armed: AtomicU8::new(0), notify }
     }
 

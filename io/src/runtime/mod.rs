@@ -20,7 +20,7 @@ mod port;
 mod sharded;
 mod threaded;
 
-pub use idle::WatchedCq;
+pub use idle::{Notify, WatchedCq};
 pub use port::{BackendKind, Port, PortConfig, PortStats, DEFAULT_TX_BUDGET};
 pub use sharded::{ShardCq, ShardState, ShardStats, ShardedConfig, ShardedRuntime};
 pub use threaded::{Runtime, APP_ACTIVE};

@@ -11,7 +11,7 @@
 //! progress threads do not spin against it for the lock: they sleep on their descriptors at
 //! once, as backups for arrivals between the application's polls and for timers.
 
-use super::idle::{self, WatchedCq};
+use super::idle::{self, Notify, WatchedCq};
 use super::Port;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -176,12 +176,7 @@ impl Runtime {
     /// [`Runtime::watch_cq`] with a notifier that [`WatchedCq::arm`] arms (a completion
     /// channel's event). It runs on whichever thread moves the completion, under the port's
     /// lock: it must not call back into the runtime.
-    pub fn watch_cq_notify(
-        &self,
-        cq: CqHandle,
-        depth: usize,
-        notify: Option<Box<dyn Fn() + Send + Sync>>,
-    ) -> Arc<WatchedCq> {
+    pub fn watch_cq_notify(&self, cq: CqHandle, depth: usize, notify: Option<Notify>) -> Arc<WatchedCq> {
         let w = Arc::new(WatchedCq::new(cq, depth, notify));
         let mut g = self.shared.lock();
         g.cqs.retain(|c| c.handle() != cq);

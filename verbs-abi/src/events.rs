@@ -1,0 +1,230 @@
+//! Completion channels and async events, with no kernel: a channel is a pipe. Arming a CQ
+//! (`ibv_req_notify_cq`) arms its [`WatchedCq`](uroce_io::runtime::WatchedCq); when the
+//! runtime next moves a qualifying completion into the CQ's queue, it writes the CQ's address
+//! to the channel's pipe, whose read end is `ibv_comp_channel.fd`. So the descriptor is
+//! readable exactly when an event is queued, and a program may `poll`/`epoll` it or make it
+//! non-blocking (`ibv_get_cq_event` then fails with `EAGAIN`), as with the kernel's event file
+//! (rdma-core `ibv_get_cq_event`, `ib_uverbs_comp_handler`).
+//!
+//! Event accounting is rdma-core's: `ibv_get_cq_event` counts the events it hands out per CQ,
+//! `ibv_ack_cq_events` adds to `cq->comp_events_completed` under `cq->mutex` and signals
+//! `cq->cond`, and `ibv_destroy_cq` waits until every event handed out has been acknowledged
+//! (the `ibv_get_cq_event(3)` contract). An event of a CQ destroyed before it was read is
+//! skipped, as the kernel drops a destroyed CQ's queued events (`ib_uverbs_release_ucq`).
+
+use crate::abi::*;
+use crate::datapath::{Cq, CQS};
+use crate::device::context;
+use crate::{set_errno, Registry};
+use core::ffi::{c_int, c_void};
+use core::ptr::null_mut;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::Arc;
+use uroce_io::runtime::Notify;
+
+/// A completion channel.
+#[repr(C)]
+pub struct Channel {
+    /// What the program sees (`fd`: the pipe's read end, owned here).
+    pub ibv: IbvCompChannel,
+    /// The pipe's write end (non-blocking: a full pipe never stalls the runtime).
+    write: OwnedFd,
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        // SAFETY: the read end is the channel's own, made in ibv_create_comp_channel; nothing
+        // uses it once the channel is unregistered.
+        unsafe { libc::close(self.ibv.fd) };
+    }
+}
+
+/// Live completion channels.
+pub static CHANNELS: Registry<Channel> = Registry::new();
+
+/// `ibv_create_comp_channel(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut IbvContext) -> *mut IbvCompChannel {
+    if context(ctx).is_none() {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return null_mut();
+    }
+    // SAFETY: fresh descriptors nobody else owns; the write end becomes non-blocking.
+    let write = unsafe {
+        libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK);
+        OwnedFd::from_raw_fd(fds[1])
+    };
+    let ch = Box::into_raw(Box::new(Channel { ibv: IbvCompChannel { context: ctx, fd: fds[0], refcnt: 0 }, write }));
+    CHANNELS.insert(ch.cast(), ch);
+    ch.cast()
+}
+
+/// `ibv_destroy_comp_channel(3)`: `EBUSY` while a CQ uses it.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut IbvCompChannel) -> c_int {
+    let Some(users) = refcnt(channel) else { return libc::EINVAL };
+    if users.load(Ordering::Acquire) > 0 {
+        return libc::EBUSY;
+    }
+    drop(CHANNELS.take(channel.cast()));
+    0
+}
+
+/// What `ibv_create_cq` needs to attach a CQ to `channel` (NULL: none): the notifier the
+/// runtime calls, and the slot it learns the CQ's address from once the CQ exists.
+pub(crate) fn notifier(
+    ctx: *mut IbvContext,
+    channel: *mut IbvCompChannel,
+) -> Result<Option<(Notify, Arc<AtomicUsize>)>, c_int> {
+    if channel.is_null() {
+        return Ok(None);
+    }
+    let ch = CHANNELS.get(channel.cast()).ok_or(libc::EINVAL)?;
+    if ch.ibv.context != ctx {
+        return Err(libc::EINVAL);
+    }
+    let fd = ch.write.as_raw_fd();
+    let slot = Arc::new(AtomicUsize::new(0));
+    let at = slot.clone();
+    let f = move || {
+        let addr = at.load(Ordering::Acquire) as u64;
+        // SAFETY: `fd` is the channel's write end, open while a CQ uses the channel (destroying
+        // the channel is EBUSY until then); 8 bytes (< PIPE_BUF) are written whole or not at
+        // all. A full pipe (thousands of unread events) loses this event, never memory.
+        unsafe { libc::write(fd, (&addr as *const u64).cast(), 8) };
+    };
+    Ok(Some((Box::new(f), slot)))
+}
+
+/// The channel's `refcnt` (CQs attached), if `channel` is a live one of ours.
+fn refcnt<'a>(channel: *mut IbvCompChannel) -> Option<&'a AtomicI32> {
+    CHANNELS.get(channel.cast())?;
+    // SAFETY: a live channel (registered): its `refcnt` is an aligned i32 that lives as long
+    // as the channel, and uroce touches it only atomically.
+    Some(unsafe { AtomicI32::from_ptr(core::ptr::addr_of_mut!((*channel).refcnt)) })
+}
+
+/// `ibv_create_cq` attached a CQ to `channel`.
+pub(crate) fn attach(channel: *mut IbvCompChannel) {
+    if let Some(r) = refcnt(channel) {
+        r.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// `ibv_destroy_cq` detached a CQ from `channel`.
+pub(crate) fn detach(channel: *mut IbvCompChannel) {
+    if let Some(r) = refcnt(channel) {
+        r.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// `ops.req_notify_cq`: arm the CQ for its next completion (`solicited_only`: its next
+/// solicited or unsuccessful one).
+pub unsafe extern "C" fn req_notify_cq(cq: *mut c_void, solicited_only: c_int) -> c_int {
+    let Some(c) = CQS.get(cq) else { return libc::EINVAL };
+    if c.ibv.channel.is_null() {
+        return libc::EINVAL;
+    }
+    c.watch.arm(solicited_only != 0);
+    0
+}
+
+/// `ibv_get_cq_event(3)`: the next event of `channel` (blocking unless its descriptor was made
+/// non-blocking). Returns 0, or -1 with `errno`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut IbvCompChannel,
+    cq: *mut *mut IbvCq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    let Some(ch) = CHANNELS.get(channel.cast()) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    if cq.is_null() || cq_context.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // Arrivals while this thread sleeps are the progress threads' at once.
+    if let Some(rt) = context(ch.ibv.context).and_then(|c| c.runtime.get()).and_then(|r| r.as_ref().ok()) {
+        rt.app_blocking();
+    }
+    loop {
+        let mut addr = 0u64;
+        // SAFETY: reads 8 bytes into `addr` from the channel's own descriptor.
+        let n = unsafe { libc::read(ch.ibv.fd, (&mut addr as *mut u64).cast(), 8) };
+        if n != 8 {
+            if n >= 0 {
+                set_errno(libc::EIO);
+            }
+            return -1;
+        }
+        let p = addr as usize as *mut IbvCq;
+        let Some(c) = CQS.get(p.cast()) else { continue };
+        if c.ibv.channel != channel {
+            continue;
+        }
+        c.events_read.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: the caller's out-pointers, checked non-NULL above.
+        unsafe {
+            *cq = p;
+            *cq_context = c.ibv.cq_context;
+        }
+        return 0;
+    }
+}
+
+/// `ibv_ack_cq_events(3)`: acknowledge `n` events of `cq` (rdma-core's code: under
+/// `cq->mutex`, signalling `cq->cond` for a waiting `ibv_destroy_cq`).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut IbvCq, n: u32) {
+    let Some(_) = CQS.get(cq.cast()) else { return };
+    // SAFETY: a live CQ of ours: its mutex and cond were initialised in ibv_create_cq.
+    unsafe {
+        libc::pthread_mutex_lock(&mut (*cq).mutex);
+        (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(n);
+        libc::pthread_cond_signal(&mut (*cq).cond);
+        libc::pthread_mutex_unlock(&mut (*cq).mutex);
+    }
+}
+
+/// Before `cq` is destroyed: wait until every event handed out for it has been acknowledged.
+pub(crate) fn wait_acked(cq: *mut IbvCq, c: &Cq) {
+    let want = c.events_read.load(Ordering::Acquire);
+    // SAFETY: a live CQ of ours (registered); its mutex and cond are initialised.
+    unsafe {
+        libc::pthread_mutex_lock(&mut (*cq).mutex);
+        while ((*cq).comp_events_completed.wrapping_sub(want) as i32) < 0 {
+            libc::pthread_cond_wait(&mut (*cq).cond, &mut (*cq).mutex);
+        }
+        libc::pthread_mutex_unlock(&mut (*cq).mutex);
+    }
+}
+
+/// `ibv_get_async_event(3)`: uroce raises no async events yet, so this blocks on the
+/// context's `async_fd` (or fails with `EAGAIN` if the program made it non-blocking), as
+/// rdma-core's does on a device with nothing to report.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut IbvContext, event: *mut c_void) -> c_int {
+    let Some(c) = context(ctx) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    if event.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    let mut v = 0u64;
+    // SAFETY: reads 8 bytes into `v` from the context's own eventfd.
+    let n = unsafe { libc::read(c.vctx.context.async_fd, (&mut v as *mut u64).cast(), 8) };
+    if n >= 0 {
+        set_errno(libc::EIO);
+    }
+    -1
+}
