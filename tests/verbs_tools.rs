@@ -24,16 +24,7 @@ use uroce::netns::{NetPair, PairConfig};
 
 /// The library, or None (a skip, or a failure under CI) when it or a tool is missing.
 fn setup(test: &str, tools: &[&str]) -> Option<PathBuf> {
-    let dir = ix::verbs_dir();
-    if !common::require(dir.is_some(), &format!("{test}: uroce's libibverbs.so.1 (run scripts/build-verbs)")) {
-        return None;
-    }
-    for t in tools {
-        if !common::require(common::have(t), &format!("{test}: `{t}`")) {
-            return None;
-        }
-    }
-    dir
+    common::verbs_setup(test, ix::verbs_dir(), tools)
 }
 
 /// `objdump -T` of `file`: (exported default-version symbols, imported versioned symbols),
@@ -176,54 +167,4 @@ fn ibv_devinfo_shows_the_interface_as_a_roce_device() {
         assert!(info.contains(&want), "ibv_devinfo -v lacks {want:?}:\n{info}");
     }
     assert!(info.contains("GID[  0]:\t\tfe80::"), "the link-local GID:\n{info}");
-}
-
-/// Stock `ibv_rc_pingpong` (Debian's `ibverbs-utils`) on both ends, each over uroce's library
-/// in its own namespace (AF_XDP on its veth): 200 round trips of 4 KiB, every received buffer
-/// checked (`-c`), both sides exit 0 and print their figures.
-#[test]
-fn stock_ibv_rc_pingpong_between_two_uroce_processes() {
-    if !common::require(uroce_netns::is_root(), "verbs_tools::rc_pingpong: root (network namespaces)") {
-        return;
-    }
-    let Some(dir) = setup("verbs_tools::rc_pingpong", &["ibv_rc_pingpong"]) else { return };
-    let net = NetPair::create(&PairConfig { subnet: 131, ..PairConfig::new("vp", 1500) }).expect("veth pair");
-    let spawn = |ns: &str, ifname: &str, peer: Option<String>| {
-        let mut c = uroce_netns::command_in(ns, "env");
-        c.arg(format!("LD_LIBRARY_PATH={}", dir.display())).args([
-            "ibv_rc_pingpong",
-            "-d",
-            &format!("uroce_{ifname}"),
-            "-g",
-            "1",
-            "-s",
-            "4096",
-            "-n",
-            "200",
-            "-c",
-        ]);
-        c.args(peer);
-        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-        common::watch(c.spawn().expect("spawn ibv_rc_pingpong"))
-    };
-    let server = spawn(&net.b.ns, &net.b.ifname, None);
-    // the server listens before the client connects (the client retries for a while anyway)
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !uroce_netns::exec(&net.b.ns, &["ss", "-ltn"])
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(":18515"))
-    {
-        assert!(std::time::Instant::now() < deadline, "ibv_rc_pingpong server not listening");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let client = spawn(&net.a.ns, &net.a.ifname, Some(net.b.ip4.to_string()));
-    let c = client.finish("client", std::time::Duration::from_secs(60));
-    let s = server.finish("server", std::time::Duration::from_secs(60));
-    for (who, o) in [("client", &c), ("server", &s)] {
-        let out = String::from_utf8_lossy(&o.stdout);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "{who} exited {:?}\n{out}\n{err}", o.status);
-        assert!(out.contains("200 iters in") && out.contains("bytes in"), "{who}:\n{out}\n{err}");
-        assert!(out.contains("local address:") && out.contains("remote address:"), "{who}:\n{out}");
-        eprintln!("[verbs] stock ibv_rc_pingpong {who} on uroce:\n{out}");
-    }
 }

@@ -15,6 +15,15 @@ pub fn require(ok: bool, what: &str) -> bool {
     ok || uroce_rxe_compat::harness::skip_or_fail(&format!("prerequisite missing: {what}"))
 }
 
+/// `dir` (uroce's libibverbs.so.1, from `ix::verbs_dir`), or None (a skip, or a failure under
+/// CI) when it or one of `tools` is missing.
+pub fn verbs_setup(test: &str, dir: Option<std::path::PathBuf>, tools: &[&str]) -> Option<std::path::PathBuf> {
+    if !require(dir.is_some(), &format!("{test}: uroce's libibverbs.so.1 (run scripts/build-verbs)")) {
+        return None;
+    }
+    tools.iter().all(|t| require(have(t), &format!("{test}: `{t}`"))).then_some(dir?)
+}
+
 /// Is `prog` on PATH?
 pub fn have(prog: &str) -> bool {
     std::process::Command::new("sh")

@@ -1,13 +1,15 @@
 //! The C entry points under misuse and at their edges, called as a C program would: a NULL,
 //! foreign or destroyed handle is an error code (or NULL and `errno`), never a crash; empty GID
 //! slots answer as rdma-core answers them; the compat `ibv_query_port` writes only its 48
-//! bytes. Runs on the loopback interface (`UROCE_IFACES=lo`), which every machine has.
+//! bytes; completion channels refuse misuse (`EINVAL`, `EBUSY`, `EAGAIN` when empty and
+//! non-blocking). Runs on the loopback interface (`UROCE_IFACES=lo`), which every machine has.
 
 use core::ffi::{c_int, CStr};
 use core::ptr::null_mut;
 use uroce_verbs::abi::*;
-use uroce_verbs::datapath::{ibv_alloc_pd, ibv_dealloc_pd};
+use uroce_verbs::datapath::{ibv_alloc_pd, ibv_create_cq, ibv_dealloc_pd, ibv_destroy_cq};
 use uroce_verbs::device::*;
+use uroce_verbs::events::*;
 use uroce_verbs::stubs;
 
 fn errno() -> c_int {
@@ -117,6 +119,48 @@ fn handles_are_checked_and_edges_answer_as_rdma_core() {
         assert_eq!(bad, wr);
         assert!(stubs::ibv_create_srq().is_null());
         assert_eq!(errno(), libc::EOPNOTSUPP);
+
+        // completion channels: misuse is EINVAL, a used channel EBUSY, an empty non-blocking
+        // channel EAGAIN; req_notify_cq needs a channel
+        assert!(ibv_create_comp_channel(null_mut()).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(ibv_destroy_comp_channel(junk.as_mut_ptr().cast()), libc::EINVAL);
+        let (mut got_cq, mut got_ctx) = (null_mut(), null_mut());
+        assert_eq!(ibv_get_cq_event(null_mut(), &mut got_cq, &mut got_ctx), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        let ch = ibv_create_comp_channel(ctx);
+        assert!(!ch.is_null());
+        assert_eq!(((*ch).context, (*ch).refcnt), (ctx, 0));
+        assert_eq!(ibv_get_cq_event(ch, null_mut(), &mut got_ctx), -1, "NULL out-pointer");
+        let cq = ibv_create_cq(ctx, 16, 0x5eed as *mut _, ch, 0);
+        assert!(!cq.is_null());
+        assert_eq!(((*cq).channel, (*ch).refcnt), (ch, 1));
+        assert_eq!(ibv_destroy_comp_channel(ch), libc::EBUSY, "a CQ uses it");
+        let plain = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+        assert!(!plain.is_null());
+        let arm = ops.req_notify_cq.expect("req_notify_cq");
+        assert_eq!(arm(plain.cast(), 0), libc::EINVAL, "no channel to notify");
+        assert_eq!(arm(junk.as_mut_ptr().cast(), 0), libc::EINVAL);
+        assert_eq!(arm(cq.cast(), 0), 0);
+        assert_eq!(arm(cq.cast(), 1), 0);
+        let fl = libc::fcntl((*ch).fd, libc::F_GETFL);
+        assert_eq!(libc::fcntl((*ch).fd, libc::F_SETFL, fl | libc::O_NONBLOCK), 0);
+        assert_eq!(ibv_get_cq_event(ch, &mut got_cq, &mut got_ctx), -1, "nothing queued");
+        assert_eq!(errno(), libc::EAGAIN);
+        ibv_ack_cq_events(null_mut(), 1);
+        ibv_ack_cq_events(junk.as_mut_ptr().cast(), 1);
+        assert_eq!(ibv_destroy_cq(plain), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0, "no event handed out: nothing to wait for");
+        assert_eq!((*ch).refcnt, 0);
+        assert_eq!(ibv_destroy_comp_channel(ch), 0);
+        assert_eq!(ibv_destroy_comp_channel(ch), libc::EINVAL, "a channel destroyed twice");
+        let afl = libc::fcntl((*ctx).async_fd, libc::F_GETFL);
+        assert_eq!(libc::fcntl((*ctx).async_fd, libc::F_SETFL, afl | libc::O_NONBLOCK), 0);
+        let mut ev = [0u8; 16];
+        assert_eq!(ibv_get_async_event(ctx, ev.as_mut_ptr().cast()), -1, "no async event");
+        assert_eq!(errno(), libc::EAGAIN);
+        assert_eq!(ibv_get_async_event(junk.as_mut_ptr().cast(), ev.as_mut_ptr().cast()), -1);
+        assert_eq!(errno(), libc::EINVAL);
 
         // PDs, then destroyed handles
         let pd = ibv_alloc_pd(ctx);

@@ -1,0 +1,143 @@
+//! Stock verbs programs over uroce's drop-in `libibverbs.so.1` on both ends, each end a
+//! separate process in its own network namespace (AF_XDP on its veth): Debian's
+//! `ibv_rc_pingpong` (polling and with completion events, every received buffer checked) and
+//! perftest's RC tests (WRITE/READ/SEND/atomic bandwidth and latency, several QPs, every size,
+//! a timed run, completion events). Each program must exit 0 on both sides and print the
+//! figures it prints on real RDMA hardware.
+//!
+//! Needs the library (`scripts/build-verbs`, which `scripts/test-all` runs first), Debian's
+//! `ibverbs-utils` and `perftest`, and root for the namespaces.
+
+mod common;
+#[path = "common/ix.rs"]
+mod ix;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+use uroce::netns::{NetPair, PairConfig};
+
+/// The library, or None (a skip, or a failure under CI) when it, a tool or root is missing.
+fn setup(test: &str, tools: &[&str]) -> Option<PathBuf> {
+    if !common::require(uroce_netns::is_root(), &format!("{test}: root (network namespaces)")) {
+        return None;
+    }
+    common::verbs_setup(test, ix::verbs_dir(), tools)
+}
+
+/// Run `argv` as server (in B) and client (in A, with B's address appended), each over the
+/// library in `dir` on its namespace's veth; the client starts once the server listens on
+/// TCP `port` (the programs' out-of-band exchange). Returns (client, server) output.
+fn pair(net: &NetPair, dir: &Path, argv: &[&str], port: u16) -> (Output, Output) {
+    let spawn = |ns: &str, ifname: &str, peer: Option<String>| {
+        let mut c = uroce_netns::command_in(ns, "env");
+        c.arg(format!("LD_LIBRARY_PATH={}", dir.display())).arg(argv[0]);
+        c.args(["-d", &format!("uroce_{ifname}")]).args(&argv[1..]).args(peer);
+        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        common::watch(c.spawn().expect("spawn"))
+    };
+    let server = spawn(&net.b.ns, &net.b.ifname, None);
+    // The server listens before the client connects (perftest's client does not retry).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listening = format!(":{port} ");
+    while !uroce_netns::exec(&net.b.ns, &["ss", "-ltnH"])
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&listening))
+    {
+        assert!(Instant::now() < deadline, "{} server not listening on {port}", argv[0]);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = spawn(&net.a.ns, &net.a.ifname, Some(net.b.ip4.to_string()));
+    let c = client.finish("client", Duration::from_secs(120));
+    let s = server.finish("server", Duration::from_secs(120));
+    for (who, o) in [("client", &c), ("server", &s)] {
+        assert!(
+            o.status.success(),
+            "{argv:?} {who} exited {:?}\n{}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    (c, s)
+}
+
+/// Stock `ibv_rc_pingpong` on both ends: 500 round trips of 4 KiB, every received buffer
+/// checked (`-c`), first polling, then sleeping on a completion channel (`-e`:
+/// `ibv_req_notify_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events`).
+#[test]
+fn stock_ibv_rc_pingpong_between_two_uroce_processes() {
+    let Some(dir) = setup("verbs_programs::rc_pingpong", &["ibv_rc_pingpong"]) else { return };
+    let net = NetPair::create(&PairConfig { subnet: 131, ..PairConfig::new("vp", 1500) }).expect("veth pair");
+    for mode in ["-c", "-e"] {
+        let argv = ["ibv_rc_pingpong", "-g", "1", "-s", "4096", "-n", "500", "-c", mode];
+        let (c, s) = pair(&net, &dir, &argv, 18515);
+        for (who, o) in [("client", &c), ("server", &s)] {
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(out.contains("500 iters in") && out.contains("4096000 bytes in"), "{mode} {who}:\n{out}");
+            assert!(out.contains("local address:") && out.contains("remote address:"), "{mode} {who}:\n{out}");
+            eprintln!("[verbs] stock ibv_rc_pingpong {mode} {who} on uroce:\n{out}");
+        }
+    }
+}
+
+/// perftest's result rows: the lines of the table under its `#bytes` header, as columns.
+fn rows(out: &str) -> Vec<Vec<f64>> {
+    out.lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
+        .skip(1)
+        .map(|l| l.split_whitespace().map_while(|w| w.parse::<f64>().ok()).collect::<Vec<_>>())
+        .filter(|r| r.len() >= 3)
+        .collect()
+}
+
+/// One perftest run: its arguments, the sizes of the rows it prints, the iterations of each
+/// row (None: a timed run), and a column that must be positive (bandwidth or typical latency).
+type Case<'a> = (Vec<&'a str>, Vec<f64>, Option<f64>, usize);
+
+/// Debian's perftest on both ends, over RC: each test's client prints its table with one row
+/// per message size, the iterations it was asked for, and a positive bandwidth or latency.
+#[test]
+fn stock_perftest_between_two_uroce_processes() {
+    let tools =
+        ["ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw", "ib_write_lat", "ib_read_lat", "ib_send_lat"];
+    let Some(dir) = setup("verbs_programs::perftest", &tools) else { return };
+    let net = NetPair::create(&PairConfig { subnet: 132, ..PairConfig::new("vf", 1500) }).expect("veth pair");
+    let pow2: Vec<f64> = (1..=23).map(|k| (1u64 << k) as f64).collect();
+    let cases: Vec<Case> = vec![
+        (vec!["ib_write_bw", "-n", "2000"], vec![65536.0], Some(2000.0), 3),
+        (vec!["ib_read_bw", "-n", "2000", "-o", "16"], vec![65536.0], Some(2000.0), 3),
+        (vec!["ib_send_bw", "-n", "2000"], vec![65536.0], Some(2000.0), 3),
+        (vec!["ib_send_bw", "-n", "2000", "-e"], vec![65536.0], Some(2000.0), 3),
+        (vec!["ib_atomic_bw", "-n", "2000"], vec![8.0], Some(2000.0), 3),
+        (vec!["ib_atomic_bw", "-n", "2000", "-A", "FETCH_AND_ADD"], vec![8.0], Some(2000.0), 3),
+        (vec!["ib_write_bw", "-n", "1000", "-q", "4"], vec![65536.0], Some(4000.0), 3),
+        (vec!["ib_write_bw", "-n", "100", "-a"], pow2.clone(), Some(100.0), 3),
+        (vec!["ib_read_bw", "-n", "100", "-a"], pow2, Some(100.0), 3),
+        (vec!["ib_write_bw", "-D", "2"], vec![65536.0], None, 3),
+        (vec!["ib_write_lat", "-n", "2000"], vec![2.0], Some(2000.0), 2),
+        (vec!["ib_read_lat", "-n", "2000"], vec![2.0], Some(2000.0), 2),
+        (vec!["ib_send_lat", "-n", "2000"], vec![2.0], Some(2000.0), 2),
+        (vec!["ib_send_lat", "-n", "2000", "-e", "-s", "4096"], vec![4096.0], Some(2000.0), 2),
+    ];
+    for (args, sizes, iters, col) in cases {
+        let mut argv = args.clone();
+        argv.extend(["-x", "1", "-F"]);
+        let (c, _) = pair(&net, &dir, &argv, 18515);
+        let out = String::from_utf8_lossy(&c.stdout);
+        let table = rows(&out);
+        let got: Vec<f64> = table.iter().map(|r| r[0]).collect();
+        assert_eq!(got, sizes, "{args:?}: one row per size:\n{out}");
+        for r in &table {
+            if let Some(n) = iters {
+                assert_eq!(r[1], n, "{args:?}: iterations:\n{out}");
+            } else {
+                assert!(r[1] > 0.0, "{args:?}: a timed run does work:\n{out}");
+            }
+            assert!(r[col] > 0.0, "{args:?}: column {col} positive:\n{out}");
+        }
+        eprintln!(
+            "[verbs] {args:?} on uroce, both ends:\n{}",
+            table.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join("\n")
+        );
+    }
+}
