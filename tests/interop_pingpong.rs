@@ -24,8 +24,8 @@
 //!   it holds at least one packet per MTU of every message each way; uroce's engine counted no
 //!   ICRC error or malformed frame.
 //! * Debian's `ibv_rc_pingpong` itself on uroce's side, over uroce's drop-in `libibverbs.so.1`
-//!   (4096 B x 200, both ways, the same checks but uroce's counters): an unmodified verbs
-//!   program on uroce talking to rxe.
+//!   (4096 B x 200, both ways, the same checks but uroce's counters), polling and with `-e` on
+//!   both sides (completion channels): an unmodified verbs program on uroce talking to rxe.
 //! * The check can fail: the uroce client flips page-start byte 0 of its last message
 //!   (hidden test hook `--debug-corrupt-send N@0`): the stock server must print `invalid data in
 //!   page 0` (and, being rc_pingpong, still exit 0) — so the "no invalid data" assertion above
@@ -82,6 +82,8 @@ struct Case {
     /// uroce's side is Debian's own `ibv_rc_pingpong`, unmodified, over uroce's drop-in
     /// `libibverbs.so.1` (`scripts/build-verbs`) instead of `uroce pingpong`.
     stock_on_uroce: bool,
+    /// Both programs sleep on completion channels (`ibv_rc_pingpong -e`) instead of polling.
+    events: bool,
 }
 
 impl Case {
@@ -99,8 +101,8 @@ impl Case {
             self.backend,
             if self.v6 { "ipv6" } else { "ipv4" },
             if self.corrupt_last { " corrupt-last" } else { "" },
-            if self.loss > 0 { format!(" loss{}%", self.loss) } else { String::new() }
-        )
+            if self.loss > 0 { format!(" loss{}%", self.loss) } else { String::new() },
+        ) + if self.events { " -e" } else { "" }
     }
 }
 
@@ -197,6 +199,9 @@ impl Bench {
     fn stock_cmd(&self, c: &Case) -> String {
         let g = if c.v6 { self.gid_v6 } else { self.gid_v4 };
         let mut s = format!("ibv_rc_pingpong -d rxe0 -g {g} -c -s {} -n {}", c.size, c.iters);
+        if c.events {
+            s += " -e";
+        }
         if c.dir == Dir::GuestClient {
             s += &format!(" {}", if c.v6 { IpAddr::V6(UROCE_V6) } else { IpAddr::V4(UROCE_V4) });
         }
@@ -249,6 +254,9 @@ impl Bench {
             "-c".into(),
         ];
         a.extend(["-s".into(), c.size.to_string(), "-n".into(), c.iters.to_string()]);
+        if c.events {
+            a.push("-e".into());
+        }
         if c.dir == Dir::UroceClient {
             a.push(GUEST_V4.to_string());
         }
@@ -432,6 +440,7 @@ fn pingpong(flavour: Flavour) {
             corrupt_last: false,
             loss: 0,
             stock_on_uroce: false,
+            events: false,
         };
         cases.extend([case(1, "xdp", false), case(4096, "xdp", false), case(9001, "xdp", false)]);
         cases.extend([case(4096, "udp", false), case(4096, "xdp", true)]);
@@ -450,20 +459,24 @@ fn pingpong(flavour: Flavour) {
         corrupt_last: true,
         loss: 0,
         stock_on_uroce: false,
+        events: false,
     });
     // Debian's ibv_rc_pingpong itself on the host, over uroce's libibverbs.so.1, against
-    // Debian's ibv_rc_pingpong on rxe, both ways.
+    // Debian's ibv_rc_pingpong on rxe, both ways, polling and sleeping on completion events.
     for dir in [Dir::UroceClient, Dir::GuestClient] {
-        cases.push(Case {
-            dir,
-            size: 4096,
-            iters: iters.min(200),
-            backend: "xdp",
-            v6: false,
-            corrupt_last: false,
-            loss: 0,
-            stock_on_uroce: true,
-        });
+        for events in [false, true] {
+            cases.push(Case {
+                dir,
+                size: 4096,
+                iters: iters.min(200),
+                backend: "xdp",
+                v6: false,
+                corrupt_last: false,
+                loss: 0,
+                stock_on_uroce: true,
+                events,
+            });
+        }
     }
     let mut failures = Vec::new();
     let mut passed = 0;
