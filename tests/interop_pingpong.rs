@@ -298,9 +298,7 @@ impl Bench {
                 }
                 if c.stock_on_uroce {
                     // Debian's client does not retry its connection: wait for the server
-                    let wait = "i=0; while ! ss -ltn 2>/dev/null | grep -q ':18515 ' && [ $i -lt 300 ]; do \
-                                sleep 0.1; i=$((i+1)); done; ss -ltn | grep -q ':18515 '";
-                    if self.console(wait, 60).0 != 0 {
+                    if self.console(ix::GUEST_WAIT_LISTEN, 60).0 != 0 {
                         return Err(format!(
                             "the stock server in the guest is not listening:\n{}",
                             self.console("cat /tmp/s.out", 30).1

@@ -9,7 +9,10 @@
 //!   write/read/send bw over the kernel-UDP backend, then at path MTU 4096 (link MTU 9000 on the
 //!   guest NIC, tap, bridge and our veth); then the perftest flags that reach the wire or the
 //!   exchange, both directions: `-b` (write/read/send bw), `-I 128` (write/send bw, 100 B),
-//!   `-o 4` (read bw) and `-l 4` (write bw).
+//!   `-o 4` (read bw) and `-l 4` (write bw); then Debian's perftest itself on uroce's side, over
+//!   uroce's drop-in `libibverbs.so.1`, against Debian's perftest on rxe: every test both ways
+//!   (64 KiB; atomics 8 B) and `ib_write_bw -q 4` (labels end in `stock-on-uroce`; the
+//!   library's `UROCE_PCAP` capture stands in for `--counters` in the frame checks).
 //! * `<flavour>_loss`: write/read/send bw both ways with nftables on the bridge ports dropping
 //!   1 % then 5 % of UDP/4791 and duplicating 1 %, plus uroce's injector reordering 1 % of what
 //!   it receives; both sides' counters are recorded.
@@ -172,6 +175,9 @@ struct Case {
     qp_timeout: u8,
     /// perftest flags given to both sides (`-b`, `-I 128`, ...).
     flags: &'static [&'static str],
+    /// uroce's side is Debian's own perftest, unmodified, over uroce's drop-in
+    /// `libibverbs.so.1` (`scripts/build-verbs`) instead of `uroce perf`.
+    lib: bool,
 }
 
 impl Case {
@@ -186,8 +192,15 @@ impl Case {
             inject: None,
             qp_timeout: MATRIX_QP_TIMEOUT,
             flags: &[],
+            lib: false,
         }
     }
+    /// The #iterations perftest prints: `-n` times the QPs of `-q`.
+    fn printed_iters(&self) -> u64 {
+        let qps = self.flags.iter().position(|f| *f == "-q").and_then(|i| self.flags.get(i + 1)?.parse().ok());
+        self.iters * qps.unwrap_or(1)
+    }
+
     fn label(&self) -> String {
         let mut s = format!(
             "{} {} {}B n{} mtu{} {}",
@@ -203,6 +216,9 @@ impl Case {
         }
         if !self.flags.is_empty() {
             s += &format!(" {}", self.flags.join(" "));
+        }
+        if self.lib {
+            s += " stock-on-uroce";
         }
         s
     }
@@ -407,6 +423,9 @@ impl Bench {
     }
 
     fn uroce_args(&self, c: &Case, pcap: &Path) -> Vec<String> {
+        if c.lib {
+            return self.stock_on_uroce_args(c, pcap);
+        }
         let mut a: Vec<String> = vec![ix::BIN.into(), "perf".into(), c.t.uroce().into()];
         if c.dir == Dir::UroceClient {
             a.push(GUEST_IP.into());
@@ -430,18 +449,36 @@ impl Bench {
         a
     }
 
-    fn perftest_cmd(&self, c: &Case) -> String {
-        let mut s = format!("{} -d rxe0 -x 1 -F -m {} -n {}", c.t.perftest(), c.mtu, c.iters);
+    /// perftest's arguments for `c` on device `dev` (the peer's address last, for a client).
+    fn perftest_args(c: &Case, dev: &str, peer: Option<String>) -> Vec<String> {
+        let mut a: Vec<String> = vec![c.t.perftest()];
+        a.extend(["-d", dev, "-x", "1", "-F", "-m"].map(String::from));
+        a.extend([c.mtu.to_string(), "-n".into(), c.iters.to_string()]);
         if !c.t.atomic() {
-            s += &format!(" -s {}", c.size);
+            a.extend(["-s".into(), c.size.to_string()]);
         }
-        for e in c.t.extra().iter().chain(c.flags) {
-            s += &format!(" {e}");
-        }
-        if c.dir == Dir::GuestClient {
-            s += &format!(" {UROCE_IP}");
-        }
-        s
+        a.extend(c.t.extra().iter().chain(c.flags).map(|e| e.to_string()));
+        a.extend(peer);
+        a
+    }
+
+    fn perftest_cmd(&self, c: &Case) -> String {
+        Self::perftest_args(c, "rxe0", (c.dir == Dir::GuestClient).then(|| UROCE_IP.to_string())).join(" ")
+    }
+
+    /// Debian's perftest on uroce's device (`uroce_eth0`; GID 1 is the IPv4-mapped address, as
+    /// on rxe), through `env` so the library path, its capture and the rxe quirk that stands in
+    /// for `-u`'s patience reach it (`retry_cnt` 7 retries forever, as rxe reads it).
+    fn stock_on_uroce_args(&self, c: &Case, pcap: &Path) -> Vec<String> {
+        let dir = ix::verbs_dir().map(|d| d.display().to_string()).unwrap_or_else(|| "target/verbs".into());
+        let mut a: Vec<String> = vec![
+            "env".into(),
+            format!("LD_LIBRARY_PATH={dir}"),
+            "UROCE_QUIRKS=retry_cnt_7_infinite".into(),
+            format!("UROCE_PCAP={}", pcap.display()),
+        ];
+        a.extend(Self::perftest_args(c, "uroce_eth0", (c.dir == Dir::UroceClient).then(|| GUEST_IP.to_string())));
+        a
     }
 
     fn try_run(&mut self, c: &Case, faults: bool) -> Result<Row, String> {
@@ -476,6 +513,10 @@ impl Bench {
         let done = match c.dir {
             Dir::UroceClient => {
                 background(self)?;
+                // `uroce perf` retries its connection; Debian's perftest does not.
+                if c.lib && self.console(ix::GUEST_WAIT_LISTEN, 60).0 != 0 {
+                    return Err(format!("the stock server in the guest is not listening: `{pt}`"));
+                }
                 let p = Proc::spawn_in(&self.port.ns, &argv);
                 self.wait_uroce(p)
             }
@@ -527,13 +568,14 @@ impl Bench {
         if stock_rc != Some(0) {
             return Err(diag(format!("stock {} exited {stock_rc:?}", c.t.perftest())));
         }
-        let uroce_ctr = ix::uroce_counters(&done.stderr);
+        // (the library prints no counters: its capture stands in for the port's count below)
+        let uroce_ctr = if c.lib { BTreeMap::new() } else { ix::uroce_counters(&done.stderr) };
         for k in ["engine.icrc_err", "engine.malformed_pkts"] {
             if uroce_ctr.get(k).copied().unwrap_or(0) != 0 {
                 return Err(diag(format!("uroce counted {k} = {}", uroce_ctr[k])));
             }
         }
-        if !uroce_ctr.contains_key("port.rx_frames") {
+        if !c.lib && !uroce_ctr.contains_key("port.rx_frames") {
             return Err(diag("no --counters output from uroce".into()));
         }
         // Result lines. perftest's read_lat server prints no table (it only answers READs),
@@ -553,13 +595,16 @@ impl Bench {
             }
             let size = if c.t.atomic() { 8 } else { c.size };
             let r = ix::result_line(out, size).ok_or_else(|| diag(format!("{who}: no result line for {size} B")))?;
-            ix::check_result(&r, c.iters, c.t.is_bw()).map_err(|e| diag(format!("{who}: {e}: {r:?}")))?;
+            ix::check_result(&r, c.printed_iters(), c.t.is_bw()).map_err(|e| diag(format!("{who}: {e}: {r:?}")))?;
             // bw: average; lat: typical
             figs[i] = Some(if c.t.is_bw() { r.figures[1] } else { r.figures[2] });
         }
         // uroce's own capture: every frame its port moved (sent and received), all valid
         let (own, bad, undecodable) = ix::quick_check(&own_pcap).map_err(|e| diag(format!("uroce's capture: {e}")))?;
-        let port_frames = uroce_ctr["port.rx_frames"] + uroce_ctr.get("port.tx_frames").copied().unwrap_or(0);
+        let port_frames = match c.lib {
+            true => own,
+            false => uroce_ctr["port.rx_frames"] + uroce_ctr.get("port.tx_frames").copied().unwrap_or(0),
+        };
         if own != port_frames || bad != 0 || undecodable != 0 {
             return Err(diag(format!(
                 "uroce's capture: {own} RoCE frames (icrc_bad {bad}, undecodable {undecodable}), its port moved {port_frames}"
@@ -786,6 +831,17 @@ fn matrix(flavour: Flavour) {
         for dir in [Dir::UroceClient, Dir::GuestClient] {
             b.run(&Case { flags, ..Case::new(t, dir, size, iters(t, size)) }, false);
         }
+    }
+    // Debian's perftest itself on uroce's side, over uroce's libibverbs.so.1, against Debian's
+    // perftest on rxe: every test both ways, and several QPs.
+    for t in T::ALL {
+        let size = if t.atomic() { 8 } else { 65536 };
+        for dir in [Dir::UroceClient, Dir::GuestClient] {
+            b.run(&Case { lib: true, ..Case::new(t, dir, size, iters(t, size)) }, false);
+        }
+    }
+    for dir in [Dir::UroceClient, Dir::GuestClient] {
+        b.run(&Case { lib: true, flags: &["-q", "4"], ..Case::new(T::WriteBw, dir, 65536, 100) }, false);
     }
     let mtu4096: Vec<Case> = [T::WriteBw, T::ReadBw, T::SendBw]
         .into_iter()

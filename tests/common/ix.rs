@@ -549,3 +549,9 @@ pub fn verbs_dir() -> Option<std::path::PathBuf> {
     });
     d.join("libibverbs.so.1").exists().then_some(d)
 }
+
+/// A guest shell command that waits (up to 30 s) until a stock server listens on perftest's
+/// and rc_pingpong's port 18515, and fails if it never does: Debian's clients do not retry
+/// their connection.
+pub const GUEST_WAIT_LISTEN: &str = "i=0; while ! ss -ltn 2>/dev/null | grep -q ':18515 ' && [ $i -lt 300 ]; do \
+                                     sleep 0.1; i=$((i+1)); done; ss -ltn | grep -q ':18515 '";

@@ -102,4 +102,7 @@ counters! {
     /// Frames for a QPN outside this device's class (`DeviceConfig::qpn_shard`): a sharded
     /// runtime's steering sent another shard's frame here (also in `dropped_unknown_qp`).
     dropped_wrong_shard,
+    /// Frames a QP connected to one of this device's own GIDs sent to itself: received by the
+    /// device, never transmitted (also in `sent_pkts` and, if accepted, `rcvd_pkts`).
+    loopback_pkts,
 }

@@ -15,6 +15,9 @@ pub(crate) struct FrameTemplate {
     hdr: HeaderTemplate,
     pub(crate) peer: IpAddr,
     pub(crate) local: IpAddr,
+    /// The peer is one of this device's own GIDs: the device delivers the QP's frames to
+    /// itself instead of transmitting them (rxe's `rxe_xmit_packet` → `rxe_loopback`).
+    pub(crate) loopback: bool,
     /// Slot of this (source, destination) pair's IPv4 identification counter in [`Idents`]
     /// (shared by the pair's QPs).
     ident: Option<u32>,
@@ -138,7 +141,8 @@ impl FrameTemplate {
             .map_err(|_| VerbsError::InvalidArgument("address vector"))?;
         let ident =
             (cfg.ipv4_ident == Ipv4Ident::Counter && peer.is_ipv4()).then(|| idents.slot(cfg.seed, local, peer));
-        Ok(FrameTemplate { hdr, peer, local, ident })
+        let loopback = cfg.gids.iter().any(|g| g.to_ip() == peer);
+        Ok(FrameTemplate { hdr, peer, local, loopback, ident })
     }
 
     /// Emit a CNP from QP `lqpn` to its peer `rqpn` along `av` (the QP's path, as

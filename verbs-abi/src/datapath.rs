@@ -489,7 +489,10 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut IbvQp, attr: *mut QpAttrC, mask:
         dmac: Default::default(),
     };
     if mask.contains(QpAttrMask::AV) {
-        match connect::peer_mac(Some(&c.dev.iface.name), av.dgid.to_ip()) {
+        let ip = av.dgid.to_ip();
+        // A GID of this device: the engine loops the QP's frames back (no neighbour to ask).
+        let own = c.dev.iface.addresses().contains(&ip);
+        match if own { Ok(c.dev.iface.mac) } else { connect::peer_mac(Some(&c.dev.iface.name), ip) } {
             Ok(m) => av.dmac = m,
             Err(e) => {
                 eprintln!("uroce: ibv_modify_qp: {e:#}");

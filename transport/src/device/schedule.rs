@@ -58,8 +58,12 @@ impl Device {
             tracing::warn!(have = buf.len(), need = self.max_frame_len(), "poll_transmit: buffer too small");
             return None;
         }
-        for _ in 0..self.ready.len() {
-            let qpn = self.ready.pop_front()?;
+        // Each QP queued now gets one turn; a frame looped back to this device (a QP connected
+        // to one of its own GIDs) is received at once and gives every QP queued then a turn.
+        let mut turns = self.ready.len();
+        while turns > 0 {
+            turns -= 1;
+            let Some(qpn) = self.ready.pop_front() else { break };
             let out = self.lend_qp(qpn, now, |qp, ctx, ready| {
                 qp.in_ready = false;
                 let out = qp.poll_response(ctx, buf).or_else(|| qp.poll_request(ctx, buf));
@@ -68,10 +72,18 @@ impl Device {
                 if out.is_some() {
                     mark_ready(ready, qp);
                 }
-                out
+                out.map(|n| (n, qp.template.as_ref().is_some_and(|t| t.loopback)))
             });
-            if let Some(Some(len)) = out {
-                return Some(len);
+            match out {
+                Some(Some((len, false))) => return Some(len),
+                Some(Some((len, true))) => {
+                    self.counters.loopback_pkts += 1;
+                    if self.handle_frame(now, &buf[..len]).is_err() {
+                        tracing::debug!(qpn, "looped-back frame dropped");
+                    }
+                    turns = self.ready.len();
+                }
+                _ => {}
             }
         }
         None

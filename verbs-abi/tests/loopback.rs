@@ -1,0 +1,165 @@
+//! Loopback through the C ABI, as a verbs program does it (rdma-core's own tests connect a
+//! process's QPs to each other): two RC QPs of one context on `lo`, each connected to the
+//! other's QPN at the device's own IPv4-mapped GID. The engine receives their frames itself
+//! (nothing goes out), an RDMA WRITE lands in the program's own buffer, and a solicited SEND
+//! with immediate wakes a completion channel.
+
+use core::ffi::c_int;
+use core::ptr::null_mut;
+use uroce_verbs::abi::*;
+use uroce_verbs::datapath::*;
+use uroce_verbs::device::*;
+use uroce_verbs::events::*;
+
+// enum ibv_qp_attr_mask
+const STATE: c_int = 1;
+const ACCESS_FLAGS: c_int = 8;
+const PKEY_INDEX: c_int = 16;
+const PORT: c_int = 32;
+const AV: c_int = 128;
+const PATH_MTU: c_int = 256;
+const TIMEOUT: c_int = 512;
+const RETRY_CNT: c_int = 1024;
+const RNR_RETRY: c_int = 2048;
+const RQ_PSN: c_int = 4096;
+const MAX_QP_RD_ATOMIC: c_int = 8192;
+const MIN_RNR_TIMER: c_int = 32768;
+const SQ_PSN: c_int = 65536;
+const MAX_DEST_RD_ATOMIC: c_int = 131072;
+const DEST_QPN: c_int = 1 << 20;
+// access flags, send flags, opcodes
+const ALL_ACCESS: c_int = 1 | 2 | 4 | 8;
+const SIGNALED: u32 = 2;
+const SOLICITED: u32 = 4;
+const WR_RDMA_WRITE: c_int = 0;
+const WR_SEND_WITH_IMM: c_int = 3;
+
+/// RESET → INIT → RTR → RTS, connected to `dest` at `gid` (GID index 1 on both sides).
+unsafe fn connect(qp: *mut IbvQp, dest: u32, psn: u32, dest_psn: u32, gid: Gid) {
+    let mut a = QpAttrC { qp_state: 1, port_num: 1, qp_access_flags: ALL_ACCESS as u32, ..Default::default() };
+    assert_eq!(ibv_modify_qp(qp, &mut a, STATE | PKEY_INDEX | PORT | ACCESS_FLAGS), 0, "INIT");
+    let mut a = QpAttrC {
+        qp_state: 2,
+        path_mtu: 3,
+        dest_qp_num: dest,
+        rq_psn: dest_psn,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ..Default::default()
+    };
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.grh = GlobalRoute { dgid: gid, sgid_index: 1, hop_limit: 64, ..Default::default() };
+    let m = STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER;
+    assert_eq!(ibv_modify_qp(qp, &mut a, m), 0, "RTR");
+    let mut a = QpAttrC {
+        qp_state: 3,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        sq_psn: psn,
+        max_rd_atomic: 1,
+        ..Default::default()
+    };
+    assert_eq!(
+        ibv_modify_qp(qp, &mut a, STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC),
+        0,
+        "RTS"
+    );
+}
+
+#[test]
+fn two_qps_of_one_context_talk_over_its_own_gid() {
+    std::env::set_var("UROCE_IFACES", "lo");
+    std::env::set_var("UROCE_BACKEND", "udp");
+    std::env::set_var("UROCE_UDP_PORT", (30000 + std::process::id() % 10000).to_string());
+    // SAFETY: a verbs program's calls, on objects this test created and keeps alive.
+    unsafe {
+        let list = ibv_get_device_list(null_mut());
+        let ctx = ibv_open_device(*list);
+        assert!(!ctx.is_null());
+        let mut gid = [0u8; 16];
+        assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
+        let pd = ibv_alloc_pd(ctx);
+        let ch = ibv_create_comp_channel(ctx);
+        let cq = ibv_create_cq(ctx, 64, null_mut(), ch, 0);
+        assert!(!pd.is_null() && !ch.is_null() && !cq.is_null());
+        let mut init = QpInitAttrC {
+            qp_context: null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: null_mut(),
+            cap: QpCapC { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+            qp_type: 2,
+            sq_sig_all: 0,
+        };
+        let (qa, qb) = (ibv_create_qp(pd, &mut init), ibv_create_qp(pd, &mut init));
+        assert!(!qa.is_null() && !qb.is_null());
+        connect(qa, (*qb).qp_num, 100, 200, gid);
+        connect(qb, (*qa).qp_num, 200, 100, gid);
+
+        let mut buf: Vec<u8> = (0..16384u32).map(|i| (i % 253) as u8).collect();
+        buf[8192..].fill(0);
+        let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), ALL_ACCESS);
+        assert!(!mr.is_null());
+        let (base, lkey, rkey) = (buf.as_ptr() as u64, (*mr).lkey, (*mr).rkey);
+        let ops = &(*ctx).ops;
+        let (post_send, post_recv, poll) = (ops.post_send.unwrap(), ops.post_recv.unwrap(), ops.poll_cq.unwrap());
+        let mut wc = [WcC::default(); 4];
+        let mut bad = null_mut();
+
+        // RDMA WRITE of 3000 bytes, A -> B, in the same buffer (offset 0 -> 8192).
+        let mut s = SgeC { addr: base, length: 3000, lkey };
+        let mut w: SendWrC = core::mem::zeroed();
+        (w.wr_id, w.sg_list, w.num_sge, w.opcode, w.send_flags) = (1, &mut s, 1, WR_RDMA_WRITE, SIGNALED);
+        (w.remote_addr, w.rkey_or_compare_add) = (base + 8192, rkey as u64);
+        assert_eq!(post_send(qa.cast(), (&mut w as *mut SendWrC).cast(), &mut bad), 0);
+        let mut n = 0;
+        for _ in 0..1_000_000 {
+            n = poll(cq.cast(), 4, wc.as_mut_ptr().cast());
+            if n != 0 {
+                break;
+            }
+        }
+        assert_eq!((n, wc[0].wr_id, wc[0].status, wc[0].opcode), (1, 1, 0, 1 /* IBV_WC_RDMA_WRITE */));
+        assert_eq!(buf[8192..11192], buf[..3000], "the WRITE landed in the program's own memory");
+
+        // A solicited SEND with immediate, B -> A, while the CQ is armed for solicited events.
+        let mut rs = SgeC { addr: base + 12288, length: 4096, lkey };
+        let mut r = RecvWrC { wr_id: 20, next: null_mut(), sg_list: &mut rs, num_sge: 1 };
+        assert_eq!(post_recv(qa.cast(), (&mut r as *mut RecvWrC).cast(), &mut bad), 0);
+        assert_eq!(ops.req_notify_cq.unwrap()(cq.cast(), 1), 0);
+        let mut s = SgeC { addr: base + 100, length: 1000, lkey };
+        let mut w: SendWrC = core::mem::zeroed();
+        (w.wr_id, w.sg_list, w.num_sge, w.opcode) = (2, &mut s, 1, WR_SEND_WITH_IMM);
+        (w.send_flags, w.imm_data) = (SIGNALED | SOLICITED, 0x1234_5678u32.to_be());
+        assert_eq!(post_send(qb.cast(), (&mut w as *mut SendWrC).cast(), &mut bad), 0);
+        let (mut ev_cq, mut ev_ctx) = (null_mut(), null_mut());
+        assert_eq!(ibv_get_cq_event(ch, &mut ev_cq, &mut ev_ctx), 0, "the solicited SEND raises an event");
+        assert_eq!(ev_cq, cq);
+        ibv_ack_cq_events(cq, 1);
+        let mut got = Vec::new();
+        for _ in 0..1_000_000 {
+            let n = poll(cq.cast(), 4, wc.as_mut_ptr().cast());
+            got.extend_from_slice(&wc[..n as usize]);
+            if got.len() >= 2 {
+                break;
+            }
+        }
+        got.sort_by_key(|w| w.wr_id);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].wr_id, got[0].status, got[0].opcode), (2, 0, 0 /* IBV_WC_SEND */));
+        assert_eq!((got[1].wr_id, got[1].status, got[1].opcode), (20, 0, 128 /* IBV_WC_RECV */));
+        assert_eq!((got[1].byte_len, u32::from_be(got[1].imm_data), got[1].src_qp), (1000, 0x1234_5678, (*qb).qp_num));
+        assert_eq!(buf[12288..13288], buf[100..1100]);
+
+        assert_eq!(ibv_destroy_qp(qa), 0);
+        assert_eq!(ibv_destroy_qp(qb), 0);
+        assert_eq!(ibv_dereg_mr(mr), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0, "its one event was acknowledged");
+        assert_eq!(ibv_destroy_comp_channel(ch), 0);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+        ibv_free_device_list(list);
+    }
+}
