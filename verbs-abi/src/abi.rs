@@ -305,6 +305,16 @@ pub struct IbvCompChannel {
     pub refcnt: c_int,
 }
 
+/// `struct ibv_async_event` (16 bytes): the object (`cq`, `qp`, `srq`, `wq` or `port_num`)
+/// and `event_type` (`enum ibv_event_type`).
+#[repr(C)]
+pub struct IbvAsyncEvent {
+    /// `element`.
+    pub element: *mut c_void,
+    /// `event_type`.
+    pub event_type: c_int,
+}
+
 /// `struct ibv_cq` (128 bytes).
 #[repr(C)]
 pub struct IbvCq {

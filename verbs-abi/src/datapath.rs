@@ -117,7 +117,10 @@ pub fn start_runtime(c: &Context) -> Result<Runtime, c_int> {
         eprintln!("uroce: cannot open {}: {e:#}", iface.name);
         libc::EIO
     })?;
-    Runtime::start(port).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+    let rt = Runtime::start(port).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    let events = c.events.clone();
+    rt.set_event_handler(Box::new(move |e| events.raise(e)));
+    Ok(rt)
 }
 
 /// `UROCE_QUIRKS=retry_cnt_7_infinite`: rxe's reading of `retry_cnt = 7` as "retry forever"
@@ -293,6 +296,9 @@ pub unsafe extern "C" fn ibv_create_cq(
         libc::pthread_cond_init(&mut (*cq).ibv.cond, core::ptr::null());
     }
     CQS.insert(cq.cast(), cq);
+    if let Some(c) = context(ctx) {
+        c.events.set_cq(engine.0, Some(cq.cast()));
+    }
     cq.cast()
 }
 
@@ -305,6 +311,9 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
     match rt.with(|d| d.destroy_cq(c.engine)) {
         Ok(()) => {
             rt.unwatch_cq(c.engine);
+            if let Some(x) = context(c.ibv.context) {
+                x.events.set_cq(c.engine.0, None);
+            }
             if !c.ibv.channel.is_null() {
                 crate::events::wait_acked(cq, c);
                 crate::events::detach(c.ibv.channel);
@@ -427,6 +436,9 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, init: *mut QpInitAttrC) -
         libc::pthread_cond_init(&mut (*qp).ibv.cond, core::ptr::null());
     }
     QPS.insert(qp.cast(), qp);
+    if let Some(c) = context(p.ibv.context) {
+        c.events.set_qp(qpn, Some(qp.cast()));
+    }
     qp.cast()
 }
 
@@ -444,6 +456,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
     });
     match r {
         Ok(()) => {
+            if let Some(c) = context(q.ibv.context) {
+                c.events.set_qp(q.ibv.qp_num, None);
+            }
             drop(QPS.take(qp.cast()));
             0
         }

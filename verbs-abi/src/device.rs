@@ -131,6 +131,8 @@ pub struct Context {
     pub dev: &'static Device,
     /// The engine and its progress thread, started on first use ([`crate::datapath`]).
     pub runtime: std::sync::OnceLock<Result<uroce_io::runtime::Runtime, c_int>>,
+    /// Its asynchronous events (`async_fd`), fed by the runtime ([`crate::events`]).
+    pub events: std::sync::Arc<crate::events::AsyncEvents>,
 }
 
 /// Open contexts, by the address of their `ibv_context`.
@@ -212,11 +214,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext
         set_errno(libc::EINVAL);
         return null_mut();
     };
-    // SAFETY: eventfd with valid flags; the descriptor is owned by the context.
-    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if async_fd < 0 {
-        return null_mut();
-    }
+    let Ok(events) = crate::events::AsyncEvents::new() else { return null_mut() };
     // SAFETY: every field is an integer, a nullable pointer, an Option of a function pointer
     // or a pthread mutex (initialised below): all-zero is valid for each.
     let mut vctx: VerbsContext = unsafe { core::mem::zeroed() };
@@ -225,7 +223,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext
     let c = &mut vctx.context;
     c.device = dev;
     c.cmd_fd = -1;
-    c.async_fd = async_fd;
+    c.async_fd = events.fd();
     c.num_comp_vectors = 1;
     c.abi_compat = usize::MAX as *mut c_void;
     c.ops.poll_cq = Some(crate::datapath::poll_cq);
@@ -233,7 +231,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext
     c.ops.post_srq_recv = Some(post_srq_missing);
     c.ops.post_send = Some(crate::datapath::post_send);
     c.ops.post_recv = Some(crate::datapath::post_recv);
-    let ctx = Box::into_raw(Box::new(Context { vctx, dev: d, runtime: std::sync::OnceLock::new() }));
+    let ctx = Box::into_raw(Box::new(Context { vctx, dev: d, runtime: std::sync::OnceLock::new(), events }));
     // SAFETY: `ctx` is a fresh allocation; the mutex is initialised in place, once.
     unsafe { libc::pthread_mutex_init(&mut (*ctx).vctx.context.mutex, core::ptr::null()) };
     // SAFETY: as above.
@@ -256,12 +254,10 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut IbvContext) -> c_int {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // SAFETY: the descriptor and the mutex are the context's own, made in ibv_open_device;
-        // nothing uses them once it is unregistered. (The runtime stops with the OnceLock.)
-        unsafe {
-            libc::close(self.vctx.context.async_fd);
-            libc::pthread_mutex_destroy(&mut self.vctx.context.mutex);
-        }
+        // SAFETY: the mutex is the context's own, made in ibv_open_device; nothing uses it once
+        // the context is unregistered. (The runtime stops with the OnceLock; `async_fd` closes
+        // with the last holder of `events`.)
+        unsafe { libc::pthread_mutex_destroy(&mut self.vctx.context.mutex) };
     }
 }
 

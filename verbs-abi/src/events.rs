@@ -11,6 +11,9 @@
 //! `cq->cond`, and `ibv_destroy_cq` waits until every event handed out has been acknowledged
 //! (the `ibv_get_cq_event(3)` contract). An event of a CQ destroyed before it was read is
 //! skipped, as the kernel drops a destroyed CQ's queued events (`ib_uverbs_release_ucq`).
+//!
+//! Async events ([`AsyncEvents`]): the engine's (QP fatal, SQ drained, CQ overflow) are handed
+//! by the runtime to the context's queue, whose eventfd is `ibv_context.async_fd`.
 
 use crate::abi::*;
 use crate::datapath::{Cq, CQS};
@@ -18,10 +21,12 @@ use crate::device::context;
 use crate::{set_errno, Registry};
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
+use std::collections::{BTreeMap, VecDeque};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use uroce_io::runtime::Notify;
+use uroce_transport::AsyncEvent;
 
 /// A completion channel.
 #[repr(C)]
@@ -207,11 +212,96 @@ pub(crate) fn wait_acked(cq: *mut IbvCq, c: &Cq) {
     }
 }
 
-/// `ibv_get_async_event(3)`: uroce raises no async events yet, so this blocks on the
-/// context's `async_fd` (or fails with `EAGAIN` if the program made it non-blocking), as
-/// rdma-core's does on a device with nothing to report.
+/// A context's asynchronous events: the engine's, queued by the runtime's handler, with an
+/// eventfd in semaphore mode (`async_fd`: readable while one is queued, one read per event)
+/// and the QPs and CQs they can name. Shared by the context and its runtime's handler, so the
+/// descriptor outlives both.
+pub struct AsyncEvents {
+    fd: OwnedFd,
+    queue: Mutex<VecDeque<AsyncEvent>>,
+    /// The context's QPs by number and CQs by engine handle: the objects events name.
+    qps: Mutex<BTreeMap<u32, usize>>,
+    cqs: Mutex<BTreeMap<u32, usize>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl AsyncEvents {
+    /// A fresh queue and its eventfd.
+    pub fn new() -> std::io::Result<Arc<AsyncEvents>> {
+        // SAFETY: plain syscall; the descriptor is checked, then owned.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Arc::new(AsyncEvents {
+            // SAFETY: a fresh descriptor nobody else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            queue: Mutex::new(VecDeque::new()),
+            qps: Mutex::new(BTreeMap::new()),
+            cqs: Mutex::new(BTreeMap::new()),
+        }))
+    }
+
+    /// The descriptor (`ibv_context.async_fd`).
+    pub fn fd(&self) -> c_int {
+        self.fd.as_raw_fd()
+    }
+
+    /// Queue `e` (the runtime's handler).
+    pub fn raise(&self, e: AsyncEvent) {
+        locked(&self.queue).push_back(e);
+        let one = 1u64;
+        // SAFETY: 8 bytes from a valid u64 to our own eventfd; a failure (counter overflow
+        // after 2^64 unread events) loses a wake-up, never memory.
+        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// `qp` (number `qpn`) can be named by events from now on; `None`: no longer.
+    pub fn set_qp(&self, qpn: u32, qp: Option<*mut IbvQp>) {
+        let mut m = locked(&self.qps);
+        match qp {
+            Some(p) => m.insert(qpn, p as usize),
+            None => m.remove(&qpn),
+        };
+    }
+
+    /// The same for the CQ with engine handle `cq`.
+    pub fn set_cq(&self, cq: u32, ptr: Option<*mut IbvCq>) {
+        let mut m = locked(&self.cqs);
+        match ptr {
+            Some(p) => m.insert(cq, p as usize),
+            None => m.remove(&cq),
+        };
+    }
+
+    /// The next queued event as libibverbs names it, if its object still exists.
+    fn next(&self) -> Option<Option<IbvAsyncEvent>> {
+        let e = locked(&self.queue).pop_front()?;
+        let qp = |n: u32| locked(&self.qps).get(&n).copied();
+        Some(
+            match e {
+                // rxe_qp_error raises IB_EVENT_QP_FATAL for every error of a connected QP.
+                AsyncEvent::QpFatal(n) => qp(n).map(|p| (p, EVENT_QP_FATAL)),
+                AsyncEvent::SqDrained(n) => qp(n).map(|p| (p, EVENT_SQ_DRAINED)),
+                AsyncEvent::CqError(h) => locked(&self.cqs).get(&h.0).copied().map(|p| (p, EVENT_CQ_ERR)),
+            }
+            .map(|(p, event_type)| IbvAsyncEvent { element: p as *mut c_void, event_type }),
+        )
+    }
+}
+
+/// `enum ibv_event_type` values uroce raises.
+const EVENT_CQ_ERR: c_int = 0;
+const EVENT_QP_FATAL: c_int = 1;
+const EVENT_SQ_DRAINED: c_int = 5;
+
+/// `ibv_get_async_event(3)`: the next event of `ctx` (blocking unless its `async_fd` was made
+/// non-blocking: then -1 with `EAGAIN`). Events of objects destroyed since are skipped.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut IbvContext, event: *mut c_void) -> c_int {
+pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut IbvContext, event: *mut IbvAsyncEvent) -> c_int {
     let Some(c) = context(ctx) else {
         set_errno(libc::EINVAL);
         return -1;
@@ -220,11 +310,49 @@ pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut IbvContext, event: *mut c
         set_errno(libc::EINVAL);
         return -1;
     }
-    let mut v = 0u64;
-    // SAFETY: reads 8 bytes into `v` from the context's own eventfd.
-    let n = unsafe { libc::read(c.vctx.context.async_fd, (&mut v as *mut u64).cast(), 8) };
-    if n >= 0 {
-        set_errno(libc::EIO);
+    loop {
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into `v` from the context's own eventfd.
+        let n = unsafe { libc::read(c.events.fd(), (&mut v as *mut u64).cast(), 8) };
+        if n != 8 {
+            if n >= 0 {
+                set_errno(libc::EIO);
+            }
+            return -1;
+        }
+        if let Some(Some(e)) = c.events.next() {
+            // SAFETY: the caller's struct ibv_async_event, checked non-NULL.
+            unsafe { event.write(e) };
+            return 0;
+        }
     }
-    -1
+}
+
+/// `ibv_ack_async_event(3)`: counts the event on its QP (`events_completed`) or CQ
+/// (`async_events_completed`) under the object's mutex, as rdma-core does.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_async_event(event: *mut IbvAsyncEvent) {
+    if event.is_null() {
+        return;
+    }
+    // SAFETY: the caller's struct ibv_async_event.
+    let (el, ty) = unsafe { ((*event).element, (*event).event_type) };
+    // SAFETY (both arms): a live object of ours (registered), its mutex and cond initialised.
+    unsafe {
+        if ty == EVENT_CQ_ERR {
+            if CQS.get(el).is_some() {
+                let cq = el.cast::<IbvCq>();
+                libc::pthread_mutex_lock(&mut (*cq).mutex);
+                (*cq).async_events_completed = (*cq).async_events_completed.wrapping_add(1);
+                libc::pthread_cond_signal(&mut (*cq).cond);
+                libc::pthread_mutex_unlock(&mut (*cq).mutex);
+            }
+        } else if crate::datapath::QPS.get(el).is_some() {
+            let qp = el.cast::<IbvQp>();
+            libc::pthread_mutex_lock(&mut (*qp).mutex);
+            (*qp).events_completed = (*qp).events_completed.wrapping_add(1);
+            libc::pthread_cond_signal(&mut (*qp).cond);
+            libc::pthread_mutex_unlock(&mut (*qp).mutex);
+        }
+    }
 }

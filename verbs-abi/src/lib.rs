@@ -15,13 +15,14 @@
 //! | [`abi`] | libibverbs' structs, `#[repr(C)]`, checked against the C headers |
 //! | [`device`] | devices (interfaces), contexts, queries |
 //! | [`datapath`] | PDs, MRs over the program's memory, CQs, RC QPs, posting and polling, on the engine's progress thread |
-//! | [`events`] | completion channels (a pipe per channel), `ibv_req_notify_cq`, CQ and async events |
+//! | [`events`] | completion channels (a pipe per channel), `ibv_req_notify_cq`, CQ events, async events (an eventfd per context) |
 //! | [`strings`] | `ibv_wc_status_str` and the other enum-to-string calls |
 //! | [`stubs`] | every other exported symbol: the documented error until it is implemented |
 //!
 //! What works today: device discovery and every query (`ibv_devices`, `ibv_devinfo -v`),
-//! PDs, MRs, CQs with completion channels and RC QPs with posting and polling. SRQs, UD and UC
-//! are the next steps (issue 15); until then they fail with `EOPNOTSUPP`.
+//! PDs, MRs, CQs with completion channels, RC QPs with posting and polling (loopback too), async
+//! events. SRQs, UD and UC are the next steps (issue 15); until then they fail with
+//! `EOPNOTSUPP`.
 
 // Every exported `unsafe extern "C"` function's contract is libibverbs' (its man page): the
 // pointers a program passes are its own objects or ones this library handed out.

@@ -81,7 +81,7 @@ returns_errno!(
     ibv_query_qp_data_in_order,
 );
 returns_minus_one!(ibv_rate_to_mult, mult_to_ibv_rate, ibv_rate_to_mbps, mbps_to_ibv_rate);
-returns_nothing!(ibv_ack_async_event, ibv_unimport_pd, ibv_unimport_mr, ibv_unimport_dm);
+returns_nothing!(ibv_unimport_pd, ibv_unimport_mr, ibv_unimport_dm);
 
 /// `_ibv_query_gid_table`: a negative error number (it returns `ssize_t`).
 #[no_mangle]

@@ -38,6 +38,7 @@ int main(void) {
     S(ibv_pd) O(ibv_pd, handle)
     S(ibv_mr) O(ibv_mr, addr) O(ibv_mr, length) O(ibv_mr, lkey) O(ibv_mr, rkey)
     S(ibv_comp_channel) O(ibv_comp_channel, fd)
+    S(ibv_async_event) O(ibv_async_event, event_type)
     S(ibv_cq) O(ibv_cq, cq_context) O(ibv_cq, cqe) O(ibv_cq, mutex) O(ibv_cq, cond) O(ibv_cq, async_events_completed)
     S(ibv_qp) O(ibv_qp, srq) O(ibv_qp, qp_num) O(ibv_qp, state) O(ibv_qp, qp_type) O(ibv_qp, mutex)
     O(ibv_qp, events_completed)
@@ -131,6 +132,8 @@ fn rust_layout() -> BTreeMap<String, usize> {
     s("offset ibv_mr.rkey", offset_of!(IbvMr, rkey));
     s("size ibv_comp_channel", size_of::<IbvCompChannel>());
     s("offset ibv_comp_channel.fd", offset_of!(IbvCompChannel, fd));
+    s("size ibv_async_event", size_of::<IbvAsyncEvent>());
+    s("offset ibv_async_event.event_type", offset_of!(IbvAsyncEvent, event_type));
     s("size ibv_cq", size_of::<IbvCq>());
     s("offset ibv_cq.cq_context", offset_of!(IbvCq, cq_context));
     s("offset ibv_cq.cqe", offset_of!(IbvCq, cqe));

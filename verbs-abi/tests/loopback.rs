@@ -1,8 +1,9 @@
 //! Loopback through the C ABI, as a verbs program does it (rdma-core's own tests connect a
 //! process's QPs to each other): two RC QPs of one context on `lo`, each connected to the
 //! other's QPN at the device's own IPv4-mapped GID. The engine receives their frames itself
-//! (nothing goes out), an RDMA WRITE lands in the program's own buffer, and a solicited SEND
-//! with immediate wakes a completion channel.
+//! (nothing goes out), an RDMA WRITE lands in the program's own buffer, a solicited SEND with
+//! immediate wakes a completion channel, and a WRITE with a wrong rkey fails both QPs with an
+//! `IBV_EVENT_QP_FATAL` each on `async_fd`.
 
 use core::ffi::c_int;
 use core::ptr::null_mut;
@@ -107,21 +108,26 @@ fn two_qps_of_one_context_talk_over_its_own_gid() {
         let (post_send, post_recv, poll) = (ops.post_send.unwrap(), ops.post_recv.unwrap(), ops.poll_cq.unwrap());
         let mut wc = [WcC::default(); 4];
         let mut bad = null_mut();
+        // A signaled RDMA WRITE from `qp`; polls until `cq` has a completion: (count, first).
+        let write = |qp: *mut IbvQp, wr_id, mut s: SgeC, remote_addr, rkey: u32| {
+            let mut w: SendWrC = core::mem::zeroed();
+            (w.wr_id, w.sg_list, w.num_sge, w.opcode, w.send_flags) = (wr_id, &mut s, 1, WR_RDMA_WRITE, SIGNALED);
+            (w.remote_addr, w.rkey_or_compare_add) = (remote_addr, rkey as u64);
+            let mut bad = null_mut();
+            assert_eq!(post_send(qp.cast(), (&mut w as *mut SendWrC).cast(), &mut bad), 0);
+            let mut out = [WcC::default(); 4];
+            for _ in 0..1_000_000 {
+                let n = poll(cq.cast(), 4, out.as_mut_ptr().cast());
+                if n != 0 {
+                    return (n, out[0]);
+                }
+            }
+            (0, out[0])
+        };
 
         // RDMA WRITE of 3000 bytes, A -> B, in the same buffer (offset 0 -> 8192).
-        let mut s = SgeC { addr: base, length: 3000, lkey };
-        let mut w: SendWrC = core::mem::zeroed();
-        (w.wr_id, w.sg_list, w.num_sge, w.opcode, w.send_flags) = (1, &mut s, 1, WR_RDMA_WRITE, SIGNALED);
-        (w.remote_addr, w.rkey_or_compare_add) = (base + 8192, rkey as u64);
-        assert_eq!(post_send(qa.cast(), (&mut w as *mut SendWrC).cast(), &mut bad), 0);
-        let mut n = 0;
-        for _ in 0..1_000_000 {
-            n = poll(cq.cast(), 4, wc.as_mut_ptr().cast());
-            if n != 0 {
-                break;
-            }
-        }
-        assert_eq!((n, wc[0].wr_id, wc[0].status, wc[0].opcode), (1, 1, 0, 1 /* IBV_WC_RDMA_WRITE */));
+        let (n, w) = write(qa, 1, SgeC { addr: base, length: 3000, lkey }, base + 8192, rkey);
+        assert_eq!((n, w.wr_id, w.status, w.opcode), (1, 1, 0, 1 /* IBV_WC_RDMA_WRITE */));
         assert_eq!(buf[8192..11192], buf[..3000], "the WRITE landed in the program's own memory");
 
         // A solicited SEND with immediate, B -> A, while the CQ is armed for solicited events.
@@ -152,6 +158,29 @@ fn two_qps_of_one_context_talk_over_its_own_gid() {
         assert_eq!((got[1].wr_id, got[1].status, got[1].opcode), (20, 0, 128 /* IBV_WC_RECV */));
         assert_eq!((got[1].byte_len, u32::from_be(got[1].imm_data), got[1].src_qp), (1000, 0x1234_5678, (*qb).qp_num));
         assert_eq!(buf[12288..13288], buf[100..1100]);
+
+        // A WRITE with a wrong rkey: B's responder NAKs (remote access) and both QPs enter the
+        // error state; A's WRITE completes with IBV_WC_REM_ACCESS_ERR, and each QP raises
+        // IBV_EVENT_QP_FATAL on the context's async_fd (as rxe_qp_error does).
+        let (n, w) = write(qa, 5, SgeC { addr: base, length: 64, lkey }, base + 8192, rkey ^ 0x5a5a);
+        assert_eq!((n, w.wr_id, w.status), (1, 5, 10 /* IBV_WC_REM_ACCESS_ERR */));
+        let mut fatal = Vec::new();
+        for _ in 0..2 {
+            let mut ev = IbvAsyncEvent { element: null_mut(), event_type: -1 };
+            assert_eq!(ibv_get_async_event(ctx, &mut ev), 0);
+            assert_eq!(ev.event_type, 1, "IBV_EVENT_QP_FATAL");
+            fatal.push(ev.element as usize);
+            ibv_ack_async_event(&mut ev);
+        }
+        fatal.sort();
+        let mut want = vec![qa as usize, qb as usize];
+        want.sort();
+        assert_eq!(fatal, want, "one QP_FATAL for each QP");
+        assert_eq!(((*qa).events_completed, (*qb).events_completed), (1, 1), "acknowledged");
+        let fl = libc::fcntl((*ctx).async_fd, libc::F_GETFL);
+        assert_eq!(libc::fcntl((*ctx).async_fd, libc::F_SETFL, fl | libc::O_NONBLOCK), 0);
+        let mut ev = IbvAsyncEvent { element: null_mut(), event_type: -1 };
+        assert_eq!(ibv_get_async_event(ctx, &mut ev), -1, "no third event");
 
         assert_eq!(ibv_destroy_qp(qa), 0);
         assert_eq!(ibv_destroy_qp(qb), 0);

@@ -18,12 +18,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use uroce_transport::{CqHandle, Device, WorkCompletion};
+use uroce_transport::{AsyncEvent, CqHandle, Device, WorkCompletion};
 
 struct Inner {
     port: Port,
     cqs: Vec<Arc<WatchedCq>>,
     scratch: Box<[WorkCompletion; 64]>,
+    /// Where the engine's asynchronous events go ([`Runtime::set_event_handler`]).
+    on_event: Option<EventHandler>,
     /// The queue an application thread's next round serves (several queues: in turn, so each
     /// queue's socket transmits, as each progress thread's does).
     next_queue: usize,
@@ -47,13 +49,23 @@ impl Inner {
             tracing::error!(%e, "port I/O error");
             false
         });
-        let Inner { port, cqs, scratch, .. } = self;
+        let Inner { port, cqs, scratch, on_event, .. } = self;
         for c in cqs.iter() {
             c.feed(port.device(), &mut scratch[..]);
+        }
+        if let Some(f) = on_event {
+            while let Some(e) = port.device().poll_event() {
+                f(e);
+            }
         }
         work
     }
 }
+
+/// What receives the engine's asynchronous events (QP fatal, CQ overflow, SQ drained). It runs
+/// under the port's lock, on whichever thread drives the port: it must not call back into the
+/// runtime.
+pub type EventHandler = Box<dyn Fn(AsyncEvent) + Send + Sync>;
 
 struct Shared {
     inner: Mutex<Inner>,
@@ -120,7 +132,13 @@ impl Runtime {
             // SAFETY: `fd` is a fresh descriptor nobody else owns.
             wakes.push(unsafe { OwnedFd::from_raw_fd(fd) });
         }
-        let inner = Inner { port, cqs: Vec::new(), scratch: Box::new([WorkCompletion::default(); 64]), next_queue: 0 };
+        let inner = Inner {
+            port,
+            cqs: Vec::new(),
+            scratch: Box::new([WorkCompletion::default(); 64]),
+            on_event: None,
+            next_queue: 0,
+        };
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
             stop: AtomicBool::new(false),
@@ -182,6 +200,12 @@ impl Runtime {
         g.cqs.retain(|c| c.handle() != cq);
         g.cqs.push(w.clone());
         w
+    }
+
+    /// From now on the engine's asynchronous events go to `f` as the runtime meets them
+    /// (before, they wait in the engine for [`Device::poll_event`]).
+    pub fn set_event_handler(&self, f: EventHandler) {
+        self.shared.lock().on_event = Some(f);
     }
 
     /// Stop watching `cq` (before destroying it).
