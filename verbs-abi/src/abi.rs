@@ -92,8 +92,9 @@ pub struct VerbsContext {
     pub create_cq_ex: usize,
     /// `priv`.
     pub priv_: usize,
-    /// `query_device_ex`.
-    pub query_device_ex: usize,
+    /// `query_device_ex(ctx, input, attr, attr_size)`: what the inline `ibv_query_device_ex`
+    /// calls.
+    pub query_device_ex: Option<QueryDeviceExFn>,
     /// `ibv_destroy_flow`, a placeholder, `ibv_create_flow`, a placeholder, `open_qp`.
     pub _ops_b: [usize; 5],
     /// `create_qp_ex`.
@@ -304,6 +305,15 @@ pub struct IbvCompChannel {
     /// `refcnt`.
     pub refcnt: c_int,
 }
+
+/// `verbs_context.query_device_ex`.
+pub type QueryDeviceExFn = unsafe extern "C" fn(*mut IbvContext, *const c_void, *mut u8, usize) -> c_int;
+
+/// `sizeof(struct ibv_device_attr_ex)` (rdma-core 44 and 56): `orig_attr` (a
+/// `struct ibv_device_attr`) first, `phys_port_cnt_ex` (u32) last.
+pub const DEVICE_ATTR_EX_LEN: usize = 400;
+/// `offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex)`.
+pub const PHYS_PORT_CNT_EX_OFFSET: usize = 396;
 
 /// `struct ibv_async_event` (16 bytes): the object (`cq`, `qp`, `srq`, `wq` or `port_num`)
 /// and `event_type` (`enum ibv_event_type`).

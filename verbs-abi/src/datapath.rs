@@ -91,9 +91,9 @@ pub static CQS: Registry<Cq> = Registry::new();
 /// Live QPs.
 pub static QPS: Registry<Qp> = Registry::new();
 
-/// Start the context's engine and progress thread.
-pub fn start_runtime(c: &Context) -> Result<Runtime, c_int> {
-    let iface = &c.dev.iface;
+/// Start device `dev`'s engine and progress threads in this process.
+pub fn start_runtime(dev: &'static crate::device::Device) -> Result<Runtime, c_int> {
+    let iface = &dev.iface;
     let backend = match std::env::var("UROCE_BACKEND").as_deref() {
         Ok("udp") => udp(),
         Ok("xdp") => BackendKind::Xdp(Default::default()),
@@ -118,8 +118,15 @@ pub fn start_runtime(c: &Context) -> Result<Runtime, c_int> {
         libc::EIO
     })?;
     let rt = Runtime::start(port).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
-    let events = c.events.clone();
-    rt.set_event_handler(Box::new(move |e| events.raise(e)));
+    // Each event goes to the context whose QP or CQ it names.
+    rt.set_event_handler(Box::new(move |e| {
+        let sinks = dev.sinks.lock().unwrap_or_else(|p| p.into_inner());
+        for q in sinks.iter().filter_map(std::sync::Weak::upgrade) {
+            if q.raise_if_mine(e) {
+                break;
+            }
+        }
+    }));
     Ok(rt)
 }
 
@@ -137,9 +144,18 @@ fn udp() -> BackendKind {
     BackendKind::Udp { port, gso: false, gro: false }
 }
 
-/// The context's runtime, started on first use.
+/// The context's runtime: its device's, started by the first context that needs it.
 fn runtime(c: &Context) -> Result<&Runtime, c_int> {
-    c.runtime.get_or_init(|| start_runtime(c)).as_ref().map_err(|e| *e)
+    let shared = c.runtime.get_or_init(|| {
+        let mut slot = c.dev.engine.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(rt) = slot.upgrade() {
+            return Ok(rt);
+        }
+        let rt = Arc::new(start_runtime(c.dev)?);
+        *slot = Arc::downgrade(&rt);
+        Ok(rt)
+    });
+    shared.as_deref().map_err(|e| *e)
 }
 
 /// The context and runtime behind `ctx`.
@@ -261,7 +277,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut IbvCompChannel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut IbvCq {
     let (_, rt) = match rt_of(ctx) {
         Ok(x) => x,
@@ -271,6 +287,11 @@ pub unsafe extern "C" fn ibv_create_cq(
         Ok(n) => n,
         Err(e) => return fail(e),
     };
+    // rxe_cq_chk_attr: 1 ..= max_cqe entries; and one completion vector (num_comp_vectors 1).
+    let (_, max_cqe) = crate::device::cq_limits();
+    if !(1..=max_cqe).contains(&cqe) || comp_vector != 0 {
+        return fail(libc::EINVAL);
+    }
     let Ok(n) = usize::try_from(cqe) else { return fail(libc::EINVAL) };
     let engine = match rt.with(|d| d.create_cq(n)) {
         Ok(h) => h,

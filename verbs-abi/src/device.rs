@@ -38,6 +38,13 @@ pub struct Device {
     pub gids: Vec<EngineGid>,
     /// The node GUID's bytes (the MAC's EUI-64).
     pub guid: [u8; 8],
+    /// The engine of this device in this process, shared by every context open on it (as
+    /// contexts share one HCA): started by the first context that needs it, stopped when the
+    /// last one holding it closes ([`crate::datapath`]).
+    pub engine: std::sync::Mutex<std::sync::Weak<uroce_io::runtime::Runtime>>,
+    /// The async event queues of the contexts open on it, each taking the events of its own
+    /// QPs and CQs.
+    pub sinks: std::sync::Mutex<Vec<std::sync::Weak<crate::events::AsyncEvents>>>,
 }
 
 impl Device {
@@ -61,7 +68,7 @@ impl Device {
         copy_c(&mut ibv.dev_name, &name);
         copy_c(&mut ibv.dev_path, &format!("/sys/class/net/{}", iface.name));
         copy_c(&mut ibv.ibdev_path, &format!("/sys/class/net/{}", iface.name));
-        Device { ibv, provider_ops: 0, iface, gids, guid }
+        Device { ibv, provider_ops: 0, iface, gids, guid, engine: Default::default(), sinks: Default::default() }
     }
 
     /// The device's name.
@@ -129,8 +136,9 @@ pub struct Context {
     pub vctx: VerbsContext,
     /// The device.
     pub dev: &'static Device,
-    /// The engine and its progress thread, started on first use ([`crate::datapath`]).
-    pub runtime: std::sync::OnceLock<Result<uroce_io::runtime::Runtime, c_int>>,
+    /// The device's engine and its progress threads, shared with the device's other contexts;
+    /// taken on first use ([`crate::datapath`]).
+    pub runtime: std::sync::OnceLock<Result<std::sync::Arc<uroce_io::runtime::Runtime>, c_int>>,
     /// Its asynchronous events (`async_fd`), fed by the runtime ([`crate::events`]).
     pub events: std::sync::Arc<crate::events::AsyncEvents>,
 }
@@ -215,10 +223,16 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext
         return null_mut();
     };
     let Ok(events) = crate::events::AsyncEvents::new() else { return null_mut() };
+    {
+        let mut sinks = d.sinks.lock().unwrap_or_else(|p| p.into_inner());
+        sinks.retain(|w| w.strong_count() > 0);
+        sinks.push(std::sync::Arc::downgrade(&events));
+    }
     // SAFETY: every field is an integer, a nullable pointer, an Option of a function pointer
     // or a pthread mutex (initialised below): all-zero is valid for each.
     let mut vctx: VerbsContext = unsafe { core::mem::zeroed() };
     vctx.query_port = Some(query_port_op);
+    vctx.query_device_ex = Some(query_device_ex_op);
     vctx.sz = core::mem::size_of::<VerbsContext>();
     let c = &mut vctx.context;
     c.device = dev;
@@ -273,6 +287,11 @@ pub unsafe extern "C" fn ibv_query_device(ctx: *mut IbvContext, attr: *mut Devic
     0
 }
 
+/// `max_cq` and `max_cqe` (rxe's), which `ibv_create_cq` enforces.
+pub const fn cq_limits() -> (c_int, c_int) {
+    (0x4000, (1 << 18) - 1)
+}
+
 /// What `ibv_query_device` reports for `d`.
 pub fn device_attr(d: &Device) -> DeviceAttr {
     // SAFETY: plain integers and arrays: all-zero is valid.
@@ -291,8 +310,7 @@ pub fn device_attr(d: &Device) -> DeviceAttr {
     a.device_cap_flags = (1 << 11) | (1 << 12); // SYS_IMAGE_GUID, RC_RNR_NAK_GEN
     a.max_sge = 32;
     a.max_sge_rd = 32;
-    a.max_cq = 0x4000;
-    a.max_cqe = (1 << 18) - 1;
+    (a.max_cq, a.max_cqe) = cq_limits();
     a.max_mr = 0x4000;
     a.max_pd = 0x7ff0;
     a.max_qp_rd_atom = 128;
@@ -304,6 +322,34 @@ pub fn device_attr(d: &Device) -> DeviceAttr {
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = 1;
     a
+}
+
+/// `verbs_context.query_device_ex` (the inline `ibv_query_device_ex`): `ibv_query_device`'s
+/// attributes, every extended capability zero (none of them exist in uroce) but
+/// `phys_port_cnt_ex`, written up to the caller's `size`.
+unsafe extern "C" fn query_device_ex_op(
+    ctx: *mut IbvContext,
+    input: *const c_void,
+    attr: *mut u8,
+    size: usize,
+) -> c_int {
+    let Some(c) = context(ctx) else { return libc::EINVAL };
+    if attr.is_null() || size < core::mem::size_of::<DeviceAttr>() {
+        return libc::EINVAL;
+    }
+    // SAFETY: `input` is NULL or the caller's struct ibv_query_device_ex_input (its first
+    // member a u32 comp_mask); `attr` holds `size` bytes (the caller's sizeof).
+    unsafe {
+        if !input.is_null() && input.cast::<u32>().read_unaligned() != 0 {
+            return libc::EINVAL;
+        }
+        core::ptr::write_bytes(attr, 0, size);
+        attr.cast::<DeviceAttr>().write_unaligned(device_attr(c.dev));
+        if size >= PHYS_PORT_CNT_EX_OFFSET + 4 {
+            attr.add(PHYS_PORT_CNT_EX_OFFSET).cast::<u32>().write_unaligned(1);
+        }
+    }
+    0
 }
 
 /// What `ibv_query_port` reports for `d`'s one port.
@@ -407,6 +453,37 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
         Ok((_, None)) => libc::ENODATA,
         Err(e) => e,
     }
+}
+
+/// `_ibv_query_gid_table` (what the inline `ibv_query_gid_table` calls): every GID in use, in
+/// index order, `entry_size` bytes apart; their number, or a negative error number (as
+/// rdma-core: `-EINVAL` for flags, a short entry size or fewer entries than GIDs).
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    ctx: *mut IbvContext,
+    entries: *mut GidEntry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    let einval = -(libc::EINVAL as isize);
+    let Some(c) = context(ctx) else { return einval };
+    let gids = &c.dev.gids;
+    if flags != 0 || entry_size < core::mem::size_of::<GidEntry>() || gids.len() > max_entries || entries.is_null() {
+        return einval;
+    }
+    for (i, g) in gids.iter().enumerate() {
+        let e = GidEntry {
+            gid: g.0,
+            gid_index: i as u32,
+            port_num: 1,
+            gid_type: GID_TYPE_ROCE_V2,
+            ndev_ifindex: c.dev.iface.index,
+        };
+        // SAFETY: `entries` holds `max_entries` (≥ gids.len()) entries of `entry_size` bytes.
+        unsafe { entries.cast::<u8>().add(i * entry_size).cast::<GidEntry>().write_unaligned(e) };
+    }
+    gids.len() as isize
 }
 
 /// rdma-core's private `ibv_query_gid_type` (`ibv_devinfo` prints it): RoCEv2 for every slot.

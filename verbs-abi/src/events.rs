@@ -157,7 +157,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         return -1;
     }
     // Arrivals while this thread sleeps are the progress threads' at once.
-    if let Some(rt) = context(ch.ibv.context).and_then(|c| c.runtime.get()).and_then(|r| r.as_ref().ok()) {
+    if let Some(rt) = context(ch.ibv.context).and_then(|c| c.runtime.get()).and_then(|r| r.as_deref().ok()) {
         rt.app_blocking();
     }
     loop {
@@ -250,7 +250,20 @@ impl AsyncEvents {
         self.fd.as_raw_fd()
     }
 
-    /// Queue `e` (the runtime's handler).
+    /// Queue `e` if it names one of this context's QPs or CQs (the runtime's handler offers
+    /// each event to the device's contexts in turn); returns whether it did.
+    pub fn raise_if_mine(&self, e: AsyncEvent) -> bool {
+        let mine = match e {
+            AsyncEvent::QpFatal(n) | AsyncEvent::SqDrained(n) => locked(&self.qps).contains_key(&n),
+            AsyncEvent::CqError(h) => locked(&self.cqs).contains_key(&h.0),
+        };
+        if mine {
+            self.raise(e);
+        }
+        mine
+    }
+
+    /// Queue `e`.
     pub fn raise(&self, e: AsyncEvent) {
         locked(&self.queue).push_back(e);
         let one = 1u64;

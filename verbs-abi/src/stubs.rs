@@ -83,12 +83,6 @@ returns_errno!(
 returns_minus_one!(ibv_rate_to_mult, mult_to_ibv_rate, ibv_rate_to_mbps, mbps_to_ibv_rate);
 returns_nothing!(ibv_unimport_pd, ibv_unimport_mr, ibv_unimport_dm);
 
-/// `_ibv_query_gid_table`: a negative error number (it returns `ssize_t`).
-#[no_mangle]
-pub extern "C" fn _ibv_query_gid_table() -> isize {
-    -(EOPNOTSUPP as isize)
-}
-
 /// `ibv_fork_init(3)`: nothing to do (no memory is pinned for a device's DMA).
 #[no_mangle]
 pub extern "C" fn ibv_fork_init() -> c_int {

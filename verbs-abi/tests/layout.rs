@@ -39,6 +39,7 @@ int main(void) {
     S(ibv_mr) O(ibv_mr, addr) O(ibv_mr, length) O(ibv_mr, lkey) O(ibv_mr, rkey)
     S(ibv_comp_channel) O(ibv_comp_channel, fd)
     S(ibv_async_event) O(ibv_async_event, event_type)
+    S(ibv_device_attr_ex) O(ibv_device_attr_ex, phys_port_cnt_ex)
     S(ibv_cq) O(ibv_cq, cq_context) O(ibv_cq, cqe) O(ibv_cq, mutex) O(ibv_cq, cond) O(ibv_cq, async_events_completed)
     S(ibv_qp) O(ibv_qp, srq) O(ibv_qp, qp_num) O(ibv_qp, state) O(ibv_qp, qp_type) O(ibv_qp, mutex)
     O(ibv_qp, events_completed)
@@ -133,6 +134,8 @@ fn rust_layout() -> BTreeMap<String, usize> {
     s("size ibv_comp_channel", size_of::<IbvCompChannel>());
     s("offset ibv_comp_channel.fd", offset_of!(IbvCompChannel, fd));
     s("size ibv_async_event", size_of::<IbvAsyncEvent>());
+    s("size ibv_device_attr_ex", DEVICE_ATTR_EX_LEN);
+    s("offset ibv_device_attr_ex.phys_port_cnt_ex", PHYS_PORT_CNT_EX_OFFSET);
     s("offset ibv_async_event.event_type", offset_of!(IbvAsyncEvent, event_type));
     s("size ibv_cq", size_of::<IbvCq>());
     s("offset ibv_cq.cq_context", offset_of!(IbvCq, cq_context));
