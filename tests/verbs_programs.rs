@@ -3,7 +3,8 @@
 //! `ibv_rc_pingpong` (polling and with completion events, every received buffer checked) and
 //! perftest's RC tests (WRITE/READ/SEND/atomic bandwidth and latency, several QPs, every size,
 //! a timed run, completion events). Each program must exit 0 on both sides and print the
-//! figures it prints on real RDMA hardware.
+//! figures it prints on real RDMA hardware. And a program killed while it holds the device
+//! leaves no XDP program attached.
 //!
 //! Needs the library (`scripts/build-verbs`, which `scripts/test-all` runs first), Debian's
 //! `ibverbs-utils` and `perftest`, and root for the namespaces.
@@ -140,4 +141,38 @@ fn stock_perftest_between_two_uroce_processes() {
             table.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join("\n")
         );
     }
+}
+
+/// A program killed with SIGKILL while it holds the device (its engine started, AF_XDP socket
+/// open, XDP program attached through a BPF link) leaves nothing behind: the kernel releases
+/// the link (and the sockets) with the process, and the next program attaches again.
+#[test]
+fn a_killed_program_leaves_no_xdp_program_behind() {
+    let Some(dir) = setup("verbs_programs::killed", &["ibv_rc_pingpong", "ss"]) else { return };
+    let net = NetPair::create(&PairConfig { subnet: 134, ..PairConfig::new("vk", 1500) }).expect("veth pair");
+    let (ns, ifname) = (&net.b.ns, &net.b.ifname);
+    let attached = || {
+        let o = uroce_netns::exec(ns, &["ip", "-d", "link", "show", "dev", ifname]).expect("ip link");
+        String::from_utf8_lossy(&o.stdout).contains("prog/xdp")
+    };
+    assert!(!attached(), "nothing attached before");
+    let mut c = uroce_netns::command_in(ns, "env");
+    c.arg(format!("LD_LIBRARY_PATH={}", dir.display()));
+    c.args(["ibv_rc_pingpong", "-d", &format!("uroce_{ifname}"), "-g", "1"]);
+    c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let mut server = c.spawn().expect("spawn ibv_rc_pingpong");
+    // rc_pingpong creates its QP (so the engine runs) before it listens
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !uroce_netns::exec(ns, &["ss", "-ltnH"]).is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(":18515 "))
+    {
+        assert!(Instant::now() < deadline, "ibv_rc_pingpong server not listening");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(attached(), "uroce's XDP program is attached while the program runs");
+    server.kill().expect("SIGKILL");
+    server.wait().expect("reap");
+    assert!(!attached(), "the XDP program went with the process");
+    // and the interface is free for the next program: a pair runs on it at once
+    let (c, _) = pair(&net, &dir, &["ibv_rc_pingpong", "-g", "1", "-n", "10", "-c"], 18515);
+    assert!(String::from_utf8_lossy(&c.stdout).contains("10 iters in"));
 }
