@@ -773,3 +773,39 @@ pub unsafe extern "C" fn post_recv(qp: *mut c_void, wr: *mut c_void, bad: *mut *
         Ok(c.next)
     })
 }
+
+/// Destroy every QP, MR, CQ and PD of `ctx` (and its completion channels) that the program did
+/// not, in the order the verbs need (`ibv_close_device`).
+pub(crate) fn release_all(ctx: *mut IbvContext) {
+    // SAFETY (each call): the handles come from the registries, filtered by their context.
+    unsafe {
+        for q in QPS.keys_where(|q| q.ibv.context == ctx) {
+            ibv_destroy_qp(q.cast());
+        }
+        for m in MRS.keys_where(|m| m.ibv.context == ctx) {
+            ibv_dereg_mr(m.cast());
+        }
+        for c in CQS.keys_where(|c| c.ibv.context == ctx) {
+            // events handed out and never acknowledged: acknowledge them, or this would wait
+            let cq = c.cast::<IbvCq>();
+            if let Some(x) = CQS.get(c) {
+                let n = x.events_read.load(std::sync::atomic::Ordering::Acquire);
+                crate::events::ibv_ack_cq_events(cq, n.wrapping_sub((*cq).comp_events_completed));
+            }
+            ibv_destroy_cq(cq);
+        }
+        for p in PDS.keys_where(|p| p.ibv.context == ctx) {
+            ibv_dealloc_pd(p.cast());
+        }
+        for ch in crate::events::CHANNELS.keys_where(|ch| ch.ibv.context == ctx) {
+            crate::events::ibv_destroy_comp_channel(ch.cast());
+        }
+    }
+}
+
+/// Whether the engine behind `ctx` still holds the MR with `lkey` (for tests of
+/// `ibv_close_device`'s clean-up).
+#[doc(hidden)]
+pub fn engine_has_mr(ctx: *mut IbvContext, lkey: u32) -> bool {
+    rt_of(ctx).is_ok_and(|(_, rt)| rt.with(|d| d.mr(lkey).is_some()))
+}

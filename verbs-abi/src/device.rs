@@ -257,6 +257,13 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext
 /// `ibv_close_device(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_close_device(ctx: *mut IbvContext) -> c_int {
+    if context(ctx).is_none() {
+        return libc::EINVAL;
+    }
+    // What the program left behind goes with the context, as the kernel's uverbs file
+    // cleans up on close; the engine may be shared with other contexts, so nothing of this
+    // one may outlive it (an MR over memory the program frees next, above all).
+    crate::datapath::release_all(ctx);
     match CONTEXTS.take(ctx.cast()) {
         Some(c) => {
             drop(c);

@@ -92,6 +92,13 @@ impl<T> Registry<T> {
         Some(unsafe { &*(o as *const T) })
     }
 
+    /// The handles of the registered objects for which `pred` holds.
+    pub fn keys_where(&self, pred: impl Fn(&T) -> bool) -> Vec<*mut c_void> {
+        let m = self.lock();
+        // SAFETY: registered objects are live leaked Boxes while the map's lock is held.
+        m.iter().filter(|(_, &o)| pred(unsafe { &*(o as *const T) })).map(|(&k, _)| k as *mut c_void).collect()
+    }
+
     /// Objects registered.
     pub fn len(&self) -> usize {
         self.lock().len()

@@ -3,7 +3,8 @@
 //! other's QPN at the device's own IPv4-mapped GID. The engine receives their frames itself
 //! (nothing goes out), an RDMA WRITE lands in the program's own buffer, a solicited SEND with
 //! immediate wakes a completion channel, and a WRITE with a wrong rkey fails both QPs with an
-//! `IBV_EVENT_QP_FATAL` each on `async_fd`.
+//! `IBV_EVENT_QP_FATAL` each on `async_fd`. And two contexts share the device's engine:
+//! closing one releases everything it left there.
 
 use core::ffi::c_int;
 use core::ptr::null_mut;
@@ -69,11 +70,36 @@ unsafe fn connect(qp: *mut IbvQp, dest: u32, psn: u32, dest_psn: u32, gid: Gid) 
     );
 }
 
-#[test]
-fn two_qps_of_one_context_talk_over_its_own_gid() {
+/// The device is `lo`, its engine on kernel UDP at a port of this process's own (one setting
+/// for the whole process: both tests set the same).
+fn use_lo() {
     std::env::set_var("UROCE_IFACES", "lo");
     std::env::set_var("UROCE_BACKEND", "udp");
     std::env::set_var("UROCE_UDP_PORT", (30000 + std::process::id() % 10000).to_string());
+}
+
+/// An RC QP's init attributes on `cq`: `depth` WRs each way, one SGE, `inline` bytes inline.
+fn rc_init(cq: *mut IbvCq, depth: u32, inline: u32) -> QpInitAttrC {
+    QpInitAttrC {
+        qp_context: null_mut(),
+        send_cq: cq,
+        recv_cq: cq,
+        srq: null_mut(),
+        cap: QpCapC {
+            max_send_wr: depth,
+            max_recv_wr: depth,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: inline,
+        },
+        qp_type: 2,
+        sq_sig_all: 0,
+    }
+}
+
+#[test]
+fn two_qps_of_one_context_talk_over_its_own_gid() {
+    use_lo();
     // SAFETY: a verbs program's calls, on objects this test created and keeps alive.
     unsafe {
         let list = ibv_get_device_list(null_mut());
@@ -85,15 +111,7 @@ fn two_qps_of_one_context_talk_over_its_own_gid() {
         let ch = ibv_create_comp_channel(ctx);
         let cq = ibv_create_cq(ctx, 64, null_mut(), ch, 0);
         assert!(!pd.is_null() && !ch.is_null() && !cq.is_null());
-        let mut init = QpInitAttrC {
-            qp_context: null_mut(),
-            send_cq: cq,
-            recv_cq: cq,
-            srq: null_mut(),
-            cap: QpCapC { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
-            qp_type: 2,
-            sq_sig_all: 0,
-        };
+        let mut init = rc_init(cq, 16, 0);
         let (qa, qb) = (ibv_create_qp(pd, &mut init), ibv_create_qp(pd, &mut init));
         assert!(!qa.is_null() && !qb.is_null());
         connect(qa, (*qb).qp_num, 100, 200, gid);
@@ -189,6 +207,43 @@ fn two_qps_of_one_context_talk_over_its_own_gid() {
         assert_eq!(ibv_destroy_comp_channel(ch), 0);
         assert_eq!(ibv_dealloc_pd(pd), 0);
         assert_eq!(ibv_close_device(ctx), 0);
+        ibv_free_device_list(list);
+    }
+}
+
+/// Two contexts on one device share its engine; closing one without destroying anything
+/// releases what it left (its MR above all: the program may free that memory next) while the
+/// other goes on.
+#[test]
+fn closing_a_context_releases_what_it_left_in_the_shared_engine() {
+    use_lo();
+    // SAFETY: a verbs program's calls on objects this test created; the stale handles at the
+    // end are what is being tested (the library must refuse them, not use them).
+    unsafe {
+        let list = ibv_get_device_list(null_mut());
+        let (c1, c2) = (ibv_open_device(*list), ibv_open_device(*list));
+        assert!(!c1.is_null() && !c2.is_null());
+        let pd = ibv_alloc_pd(c1);
+        let keep = ibv_alloc_pd(c2);
+        let ch = ibv_create_comp_channel(c1);
+        let cq = ibv_create_cq(c1, 16, null_mut(), ch, 0);
+        let mut init = rc_init(cq, 4, 16);
+        let qp = ibv_create_qp(pd, &mut init);
+        let mut buf = vec![0u8; 4096];
+        let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), ALL_ACCESS);
+        assert!(!pd.is_null() && !keep.is_null() && !cq.is_null() && !qp.is_null() && !mr.is_null());
+        let lkey = (*mr).lkey;
+        assert!(engine_has_mr(c2, lkey), "one engine: the other context sees the MR");
+        assert_eq!(ibv_close_device(c1), 0, "closing with everything still in place");
+        assert!(!engine_has_mr(c2, lkey), "the MR went with its context");
+        drop(buf); // the program's memory may go now
+        assert_eq!(ibv_destroy_qp(qp), libc::EINVAL, "the QP is gone too");
+        assert_eq!(ibv_dereg_mr(mr), libc::EINVAL);
+        assert_eq!(ibv_destroy_cq(cq), libc::EINVAL);
+        assert_eq!(ibv_dealloc_pd(pd), libc::EINVAL);
+        assert_eq!(ibv_destroy_comp_channel(ch), libc::EINVAL);
+        assert_eq!(ibv_dealloc_pd(keep), 0, "the other context's objects are untouched");
+        assert_eq!(ibv_close_device(c2), 0);
         ibv_free_device_list(list);
     }
 }
