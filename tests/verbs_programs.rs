@@ -2,7 +2,7 @@
 //! separate process in its own network namespace (AF_XDP on its veth): Debian's
 //! `ibv_rc_pingpong` (polling and with completion events, every received buffer checked) and
 //! perftest's RC tests (WRITE/READ/SEND/atomic bandwidth and latency, several QPs, every size,
-//! a timed run, completion events). Each program must exit 0 on both sides and print the
+//! a timed run, completion events, `--run_infinitely`). Each program must exit 0 on both sides and print the
 //! figures it prints on real RDMA hardware. And a program killed while it holds the device
 //! leaves no XDP program attached.
 //!
@@ -26,10 +26,10 @@ fn setup(test: &str, tools: &[&str]) -> Option<PathBuf> {
     common::verbs_setup(test, ix::verbs_dir(), tools)
 }
 
-/// Run `argv` as server (in B) and client (in A, with B's address appended), each over the
+/// Start `argv` as server (in B) and client (in A, with B's address appended), each over the
 /// library in `dir` on its namespace's veth; the client starts once the server listens on
-/// TCP `port` (the programs' out-of-band exchange). Returns (client, server) output.
-fn pair(net: &NetPair, dir: &Path, argv: &[&str], port: u16) -> (Output, Output) {
+/// TCP `port` (the programs' out-of-band exchange). Returns (client, server).
+fn start_pair(net: &NetPair, dir: &Path, argv: &[&str], port: u16) -> (common::Watched, common::Watched) {
     let spawn = |ns: &str, ifname: &str, peer: Option<String>| {
         let mut c = uroce_netns::command_in(ns, "env");
         c.arg(format!("LD_LIBRARY_PATH={}", dir.display())).arg(argv[0]);
@@ -47,7 +47,12 @@ fn pair(net: &NetPair, dir: &Path, argv: &[&str], port: u16) -> (Output, Output)
         assert!(Instant::now() < deadline, "{} server not listening on {port}", argv[0]);
         std::thread::sleep(Duration::from_millis(20));
     }
-    let client = spawn(&net.a.ns, &net.a.ifname, Some(net.b.ip4.to_string()));
+    (spawn(&net.a.ns, &net.a.ifname, Some(net.b.ip4.to_string())), server)
+}
+
+/// [`start_pair`], then both must exit 0. Returns (client, server) output.
+fn pair(net: &NetPair, dir: &Path, argv: &[&str], port: u16) -> (Output, Output) {
+    let (client, server) = start_pair(net, dir, argv, port);
     let c = client.finish("client", Duration::from_secs(120));
     let s = server.finish("server", Duration::from_secs(120));
     for (who, o) in [("client", &c), ("server", &s)] {
@@ -141,6 +146,32 @@ fn stock_perftest_between_two_uroce_processes() {
             table.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join("\n")
         );
     }
+}
+
+/// `--run_infinitely -D 1`: perftest reports every second until it is stopped; both sides
+/// keep running and the client's reports stay positive.
+#[test]
+fn stock_perftest_runs_infinitely() {
+    let Some(dir) = setup("verbs_programs::run_infinitely", &["ib_write_bw"]) else { return };
+    let net = NetPair::create(&PairConfig { subnet: 135, ..PairConfig::new("vi", 1500) }).expect("veth pair");
+    let argv = ["ib_write_bw", "--run_infinitely", "-D", "1", "-x", "1", "-F"];
+    let (mut client, mut server) = start_pair(&net, &dir, &argv, 18515);
+    // the run's length is the test: 6 s, four reports or so, then both are stopped
+    std::thread::sleep(Duration::from_secs(6));
+    let running = (client.running(), server.running());
+    client.kill();
+    server.kill();
+    let c = client.finish("client", Duration::from_secs(5));
+    let _ = server.finish("server", Duration::from_secs(5));
+    let out = String::from_utf8_lossy(&c.stdout);
+    assert_eq!(running, (true, true), "both still running after 6 s:\n{out}");
+    let table = rows(&out);
+    assert!(table.len() >= 2, "a report per second:\n{out}");
+    for r in &table {
+        assert_eq!(r[0], 65536.0, "{out}");
+        assert!(r[1] > 0.0 && r[3] > 0.0, "iterations and BW average positive:\n{out}");
+    }
+    eprintln!("[verbs] ib_write_bw --run_infinitely -D 1 on uroce, both ends: {} reports", table.len());
 }
 
 /// A program killed with SIGKILL while it holds the device (its engine started, AF_XDP socket

@@ -58,6 +58,11 @@ pub fn watch(mut c: std::process::Child) -> Watched {
 }
 
 impl Watched {
+    /// Still running?
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Kill the process (it is then reaped by [`Watched::finish`]).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
