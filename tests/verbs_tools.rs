@@ -168,3 +168,27 @@ fn ibv_devinfo_shows_the_interface_as_a_roce_device() {
     }
     assert!(info.contains("GID[  0]:\t\tfe80::"), "the link-local GID:\n{info}");
 }
+
+/// `uroce verbs` names the built library's directory (beside the binary), and `env $(uroce
+/// verbs) ibv_devices` lists uroce's devices.
+#[test]
+fn uroce_verbs_prints_where_the_library_is() {
+    let Some(dir) = setup("verbs_tools::uroce_verbs", &["ibv_devices"]) else { return };
+    let o = Command::new(ix::BIN).args(["verbs", "--dir"]).env_remove("UROCE_VERBS_DIR").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let printed = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    assert_eq!(printed.canonicalize().unwrap(), dir.canonicalize().unwrap());
+    let o = Command::new(ix::BIN)
+        .arg("verbs")
+        .env_remove("UROCE_VERBS_DIR")
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let value = line.strip_prefix("LD_LIBRARY_PATH=").expect("LD_LIBRARY_PATH=...");
+    let d = Command::new("ibv_devices").env("LD_LIBRARY_PATH", value).env("UROCE_IFACES", "lo").output().unwrap();
+    assert!(String::from_utf8_lossy(&d.stdout).contains("uroce_lo"), "{}", String::from_utf8_lossy(&d.stdout));
+    let o = Command::new(ix::BIN).arg("verbs").env("UROCE_VERBS_DIR", "/nonexistent").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("holds no libibverbs.so.1"));
+}

@@ -14,6 +14,7 @@ mod sim_dcqcn;
 mod sim_scenario;
 mod switch_cmd;
 mod tools;
+mod verbs_cmd;
 
 /// uroce: a userspace RoCEv2 stack.
 #[derive(Parser, Debug)]
@@ -62,6 +63,9 @@ enum Command {
     /// Measurement tools for the datapath benchmark (raw AF_XDP blaster, TCP ping-pong).
     #[command(subcommand)]
     Tool(tools::ToolCommand),
+    /// Where uroce's drop-in libibverbs.so.1 is: prints `LD_LIBRARY_PATH=<dir>` for running
+    /// unmodified verbs programs over uroce, e.g. `env $(uroce verbs) ibv_devinfo`.
+    Verbs(verbs_cmd::VerbsArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -108,6 +112,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Command::Perf(a) => perf_cmd::run(&a),
         Command::Demo(a) => demo_cmd::run(&a),
         Command::Pingpong(a) => pingpong_cmd::run(&a),
+        Command::Verbs(a) => verbs_cmd::run(&a),
     }
 }
 
