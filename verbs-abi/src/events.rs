@@ -192,10 +192,22 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut IbvCq, n: u32) {
     let Some(_) = CQS.get(cq.cast()) else { return };
     // SAFETY: a live CQ of ours: its mutex and cond were initialised in ibv_create_cq.
     unsafe {
-        libc::pthread_mutex_lock(&mut (*cq).mutex);
-        (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(n);
-        libc::pthread_cond_signal(&mut (*cq).cond);
-        libc::pthread_mutex_unlock(&mut (*cq).mutex);
+        count_acked(&mut (*cq).mutex, &mut (*cq).cond, &mut (*cq).comp_events_completed, n);
+    }
+}
+
+/// rdma-core's acknowledgement: add `n` to an object's event counter under its mutex and
+/// signal its cond (which a destroy may be waiting on).
+///
+/// # Safety
+/// The three point into one live object whose mutex and cond are initialised.
+unsafe fn count_acked(m: *mut libc::pthread_mutex_t, c: *mut libc::pthread_cond_t, counter: *mut u32, n: u32) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        libc::pthread_mutex_lock(m);
+        *counter = (*counter).wrapping_add(n);
+        libc::pthread_cond_signal(c);
+        libc::pthread_mutex_unlock(m);
     }
 }
 
@@ -355,17 +367,11 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut IbvAsyncEvent) {
         if ty == EVENT_CQ_ERR {
             if CQS.get(el).is_some() {
                 let cq = el.cast::<IbvCq>();
-                libc::pthread_mutex_lock(&mut (*cq).mutex);
-                (*cq).async_events_completed = (*cq).async_events_completed.wrapping_add(1);
-                libc::pthread_cond_signal(&mut (*cq).cond);
-                libc::pthread_mutex_unlock(&mut (*cq).mutex);
+                count_acked(&mut (*cq).mutex, &mut (*cq).cond, &mut (*cq).async_events_completed, 1);
             }
         } else if crate::datapath::QPS.get(el).is_some() {
             let qp = el.cast::<IbvQp>();
-            libc::pthread_mutex_lock(&mut (*qp).mutex);
-            (*qp).events_completed = (*qp).events_completed.wrapping_add(1);
-            libc::pthread_cond_signal(&mut (*qp).cond);
-            libc::pthread_mutex_unlock(&mut (*qp).mutex);
+            count_acked(&mut (*qp).mutex, &mut (*qp).cond, &mut (*qp).events_completed, 1);
         }
     }
 }
