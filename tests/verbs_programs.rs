@@ -1,8 +1,9 @@
 //! Stock verbs programs over uroce's drop-in `libibverbs.so.1` on both ends, each end a
 //! separate process in its own network namespace (AF_XDP on its veth): Debian's
-//! `ibv_rc_pingpong` (polling and with completion events, every received buffer checked) and
-//! perftest's RC tests (WRITE/READ/SEND/atomic bandwidth and latency, several QPs, every size,
-//! a timed run, completion events, `--run_infinitely`). Each program must exit 0 on both sides and print the
+//! `ibv_rc_pingpong` (polling and with completion events, every received buffer checked),
+//! `ibv_uc_pingpong` and `ibv_ud_pingpong`, perftest's RC tests (WRITE/READ/SEND/atomic
+//! bandwidth and latency, several QPs, every size, a timed run, completion events,
+//! `--run_infinitely`) and its UC and UD ones. Each program must exit 0 on both sides and print the
 //! figures it prints on real RDMA hardware. And a program killed while it holds the device
 //! leaves no XDP program attached.
 //!
@@ -86,6 +87,25 @@ fn stock_ibv_rc_pingpong_between_two_uroce_processes() {
     }
 }
 
+/// Stock `ibv_uc_pingpong` and `ibv_ud_pingpong` on both ends, every received buffer checked
+/// (`-c`): UC's unacknowledged SENDs, UD's datagrams with their GRH area and address handles.
+#[test]
+fn stock_ibv_uc_and_ud_pingpong_between_two_uroce_processes() {
+    let Some(dir) = setup("verbs_programs::uc_ud_pingpong", &["ibv_uc_pingpong", "ibv_ud_pingpong"]) else { return };
+    let net = NetPair::create(&PairConfig { subnet: 136, ..PairConfig::new("vu", 1500) }).expect("veth pair");
+    // ud_pingpong's largest size is the MTU (1024 on a 1500-byte link)
+    for (tool, size) in [("ibv_uc_pingpong", "4096"), ("ibv_ud_pingpong", "1024")] {
+        let argv = [tool, "-g", "1", "-s", size, "-n", "500", "-c"];
+        let (c, s) = pair(&net, &dir, &argv, 18515);
+        let bytes = format!("{} bytes in", 500 * 2 * size.parse::<u64>().unwrap());
+        for (who, o) in [("client", &c), ("server", &s)] {
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(out.contains("500 iters in") && out.contains(&bytes), "{tool} {who}:\n{out}");
+            eprintln!("[verbs] stock {tool} {who} on uroce:\n{out}");
+        }
+    }
+}
+
 /// perftest's result rows: the lines of the table under its `#bytes` header, as columns.
 fn rows(out: &str) -> Vec<Vec<f64>> {
     out.lines()
@@ -99,6 +119,32 @@ fn rows(out: &str) -> Vec<Vec<f64>> {
 /// One perftest run: its arguments, the sizes of the rows it prints, the iterations of each
 /// row (None: a timed run), and a column that must be positive (bandwidth or typical latency).
 type Case<'a> = (Vec<&'a str>, Vec<f64>, Option<f64>, usize);
+
+/// Run each perftest case on both ends: the client's table has one row per expected size,
+/// the iterations asked for (or some work, for a timed run), and a positive column `col`.
+fn run_cases(net: &NetPair, dir: &Path, cases: Vec<Case>) {
+    for (args, sizes, iters, col) in cases {
+        let mut argv = args.clone();
+        argv.extend(["-x", "1", "-F"]);
+        let (c, _) = pair(net, dir, &argv, 18515);
+        let out = String::from_utf8_lossy(&c.stdout);
+        let table = rows(&out);
+        let got: Vec<f64> = table.iter().map(|r| r[0]).collect();
+        assert_eq!(got, sizes, "{args:?}: one row per size:\n{out}");
+        for r in &table {
+            if let Some(n) = iters {
+                assert_eq!(r[1], n, "{args:?}: iterations:\n{out}");
+            } else {
+                assert!(r[1] > 0.0, "{args:?}: a timed run does work:\n{out}");
+            }
+            assert!(r[col] > 0.0, "{args:?}: column {col} positive:\n{out}");
+        }
+        eprintln!(
+            "[verbs] {args:?} on uroce, both ends:\n{}",
+            table.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join("\n")
+        );
+    }
+}
 
 /// Debian's perftest on both ends, over RC: each test's client prints its table with one row
 /// per message size, the iterations it was asked for, and a positive bandwidth or latency.
@@ -125,27 +171,29 @@ fn stock_perftest_between_two_uroce_processes() {
         (vec!["ib_send_lat", "-n", "2000"], vec![2.0], Some(2000.0), 2),
         (vec!["ib_send_lat", "-n", "2000", "-e", "-s", "4096"], vec![4096.0], Some(2000.0), 2),
     ];
-    for (args, sizes, iters, col) in cases {
-        let mut argv = args.clone();
-        argv.extend(["-x", "1", "-F"]);
-        let (c, _) = pair(&net, &dir, &argv, 18515);
-        let out = String::from_utf8_lossy(&c.stdout);
-        let table = rows(&out);
-        let got: Vec<f64> = table.iter().map(|r| r[0]).collect();
-        assert_eq!(got, sizes, "{args:?}: one row per size:\n{out}");
-        for r in &table {
-            if let Some(n) = iters {
-                assert_eq!(r[1], n, "{args:?}: iterations:\n{out}");
-            } else {
-                assert!(r[1] > 0.0, "{args:?}: a timed run does work:\n{out}");
-            }
-            assert!(r[col] > 0.0, "{args:?}: column {col} positive:\n{out}");
-        }
-        eprintln!(
-            "[verbs] {args:?} on uroce, both ends:\n{}",
-            table.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join("\n")
-        );
-    }
+    run_cases(&net, &dir, cases);
+}
+
+/// Debian's perftest over UC and UD on both ends (`-c UC`, `-c UD`): each client prints its
+/// table, one row per size, the iterations it was asked for, a positive figure.
+#[test]
+fn stock_perftest_uc_and_ud_between_two_uroce_processes() {
+    let tools = ["ib_write_bw", "ib_send_bw", "ib_write_lat", "ib_send_lat"];
+    let Some(dir) = setup("verbs_programs::perftest_uc_ud", &tools) else { return };
+    let net = NetPair::create(&PairConfig { subnet: 137, ..PairConfig::new("vd", 1500) }).expect("veth pair");
+    // SEND bandwidth over UC and UD has no flow control: a message that finds no receive WQE
+    // is dropped, and the server then waits for it forever (perftest counts receives). At most
+    // `rx_depth` (512) iterations per QP, every receive WQE is posted before the first SEND.
+    let cases: Vec<Case> = vec![
+        (vec!["ib_send_bw", "-c", "UD", "-n", "500"], vec![1024.0], Some(500.0), 3),
+        (vec!["ib_send_bw", "-c", "UD", "-n", "500", "-q", "2"], vec![1024.0], Some(1000.0), 3),
+        (vec!["ib_send_lat", "-c", "UD", "-n", "2000"], vec![2.0], Some(2000.0), 2),
+        (vec!["ib_write_bw", "-c", "UC", "-n", "2000"], vec![65536.0], Some(2000.0), 3),
+        (vec!["ib_send_bw", "-c", "UC", "-n", "500"], vec![65536.0], Some(500.0), 3),
+        (vec!["ib_write_lat", "-c", "UC", "-n", "2000"], vec![2.0], Some(2000.0), 2),
+        (vec!["ib_send_lat", "-c", "UC", "-n", "2000"], vec![2.0], Some(2000.0), 2),
+    ];
+    run_cases(&net, &dir, cases);
 }
 
 /// `--run_infinitely -D 1`: perftest reports every second until it is stopped; both sides

@@ -273,16 +273,10 @@ pub const ROCE_V2_UDP_DPORT: u16 = 4791;
 /// ibv_rc_pingpong) or the same on both sides (RDMA-CM, [`rdma_cm_flow_label`]).
 pub use uroce_transport::formulas::{calc_flow_label, flow_label_to_udp_sport, rc_udp_sport, ROCE_V2_SPORT_MIN};
 
-/// `include/linux/hash.h` `GOLDEN_RATIO_32` (x86-64 has no arch `hash_32`).
-pub const GOLDEN_RATIO_32: u32 = 0x61c8_8647;
-
 /// The UDP source port a QP gets when it is created (`rxe_qp.c` `rxe_qp_init_req`:
 /// `RXE_ROCE_V2_SPORT + (hash_32(qpn, 14) & 0x3fff)`), which UD QPs and the GSI QP (QP1, the
-/// RDMA-CM MADs) keep because they never get an `IB_QP_AV` modify.
-pub const fn ud_udp_sport(qpn: u32) -> u16 {
-    let h = qpn.wrapping_mul(GOLDEN_RATIO_32) >> (32 - 14);
-    ROCE_V2_SPORT_MIN + (h & 0x3fff) as u16
-}
+/// RDMA-CM MADs) keep because they never get an `IB_QP_AV` modify: the engine's formula.
+pub use uroce_transport::formulas::ud_udp_sport;
 
 /// The flow label RDMA-CM puts in the path of a RoCEv2 connection over IPv4 (or IPv6 without a
 /// flow label of its own): `drivers/infiniband/core/cma.c` `cma_get_roce_udp_flow_label`,
@@ -514,7 +508,8 @@ pub const QUIRKS: &[Quirk] = &[
         evidence: Evidence::Captures("udp_source_port_is_rdma_get_udp_sport"),
         uroce: Uroce::Matches(
             "the engine's frame template takes formulas::rc_udp_sport, this table's rc_udp_sport (unless \
-             DeviceConfig::udp_sport pins one port, as the kernel-UDP backend must); uroce has no UD/GSI QPs",
+             DeviceConfig::udp_sport pins one port, as the kernel-UDP backend must); a UD QP's datagrams \
+             formulas::ud_udp_sport (path::emit_datagram); no GSI QP yet",
         ),
     },
     Quirk {

@@ -175,6 +175,34 @@ pub fn connect_rc(dev: &mut Device, qpn: u32, local: &RcLocal, remote: &RcRemote
     Ok(())
 }
 
+/// A UC QP's RTR and RTS masks: RC's without the responder resources, timers and retries
+/// (kernel `qp_state_table`, IB_QPT_UC).
+pub const UC_RTR_MASK: M = M(M::STATE.0 | M::AV.0 | M::PATH_MTU.0 | M::DEST_QPN.0 | M::RQ_PSN.0);
+/// See [`UC_RTR_MASK`].
+pub const UC_RTS_MASK: M = M(M::STATE.0 | M::SQ_PSN.0);
+/// A UD QP's INIT mask: a Q_Key instead of access flags (IB_QPT_UD).
+pub const UD_INIT_MASK: M = M(M::STATE.0 | M::PKEY_INDEX.0 | M::PORT.0 | M::QKEY.0);
+
+/// RESET → INIT → RTR → RTS: connect UC QP `qpn` to `remote` (of `local`, what UC uses:
+/// access, the AV, path MTU, the PSNs).
+pub fn connect_uc(dev: &mut Device, qpn: u32, local: &RcLocal, remote: &RcRemote) -> Result<(), VerbsError> {
+    to_init(dev, qpn, local.access)?;
+    dev.modify_qp(qpn, &rtr_attr(local, remote), UC_RTR_MASK)?;
+    dev.modify_qp(qpn, &rts_attr(local), UC_RTS_MASK)?;
+    tracing::debug!(qpn, dest_qpn = remote.qpn, "UC QP connected");
+    Ok(())
+}
+
+/// RESET → INIT → RTR → RTS: make UD QP `qpn` ready to receive datagrams with Q_Key `qkey` and
+/// to send from `sq_psn` (perftest's and `ibv_ud_pingpong`'s bring-up).
+pub fn ud_ready(dev: &mut Device, qpn: u32, qkey: u32, sq_psn: u32) -> Result<(), VerbsError> {
+    let init = QpAttr { qp_state: QpState::Init, port_num: 1, pkey_index: 0, qkey, ..Default::default() };
+    dev.modify_qp(qpn, &init, UD_INIT_MASK)?;
+    dev.modify_qp(qpn, &QpAttr { qp_state: QpState::Rtr, ..Default::default() }, M::STATE)?;
+    let rts = QpAttr { qp_state: QpState::Rts, sq_psn, ..Default::default() };
+    dev.modify_qp(qpn, &rts, M(M::STATE.0 | M::SQ_PSN.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +217,14 @@ mod tests {
         assert_eq!(INIT_MASK.minus(M::STATE), req(QpState::Reset, QpState::Init));
         assert_eq!(RTR_MASK.minus(M::STATE), req(QpState::Init, QpState::Rtr));
         assert_eq!(RTS_MASK.minus(M::STATE), req(QpState::Rtr, QpState::Rts));
+        let uc = crate::qp::state::UC_TRANSITIONS;
+        let req = |from, to| uc.iter().find(|t| t.from == from && t.to == to).map(|t| t.required).unwrap();
+        assert_eq!(INIT_MASK.minus(M::STATE), req(QpState::Reset, QpState::Init));
+        assert_eq!(UC_RTR_MASK.minus(M::STATE), req(QpState::Init, QpState::Rtr));
+        assert_eq!(UC_RTS_MASK.minus(M::STATE), req(QpState::Rtr, QpState::Rts));
+        let ud = crate::qp::state::UD_TRANSITIONS;
+        let req = |from, to| ud.iter().find(|t| t.from == from && t.to == to).map(|t| t.required).unwrap();
+        assert_eq!(UD_INIT_MASK.minus(M::STATE), req(QpState::Reset, QpState::Init));
     }
 
     #[test]

@@ -73,7 +73,7 @@ counters! {
     dropped_bad_src,
     /// Frames dropped: P_Key mismatch.
     dropped_bad_pkey,
-    /// Frames dropped: opcode not valid for the QP type or unsupported (UD/UC today).
+    /// Frames dropped: opcode not valid for the QP type, or unsupported.
     dropped_bad_opcode,
     /// Frames dropped: QP not in a state that receives.
     dropped_qp_state,
@@ -105,4 +105,15 @@ counters! {
     /// Frames a QP connected to one of this device's own GIDs sent to itself: received by the
     /// device, never transmitted (also in `sent_pkts` and, if accepted, `rcvd_pkts`).
     loopback_pkts,
+    /// UC packets dropped with the rest of their message: a PSN gap, a broken opcode
+    /// sequence, no receive WQE, an R_Key or length violation (UC is never NAKed).
+    dropped_uc_msg,
+    /// UD datagrams dropped: the DETH's Q_Key is not the QP's (rxe `check_keys`).
+    dropped_bad_qkey,
+    /// UD datagrams dropped: no receive WQE (UD is never NAKed).
+    dropped_ud_no_wqe,
+    /// UD datagrams dropped: larger than the receive WQE's buffer (less its 40-byte GRH area).
+    dropped_ud_too_long,
+    /// UD sends larger than the MTU: not sent, completed as sent (C10-93.1.1, as rxe does).
+    ud_oversize_sends,
 }

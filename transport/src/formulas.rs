@@ -34,6 +34,16 @@ pub const fn rc_udp_sport(flow_label: u32, lqpn: u32, rqpn: u32) -> u16 {
     flow_label_to_udp_sport(fl)
 }
 
+/// The UDP source port of a UD QP: rxe's create-time port, `RXE_ROCE_V2_SPORT +
+/// (hash_32(qpn, 14) & 0x3fff)` (`rxe_qp.c` `rxe_qp_init_req`; a UD QP is never given an AV,
+/// so `rxe_modify_qp` never replaces it). `hash_32` is `include/linux/hash.h`'s
+/// `(val * GOLDEN_RATIO_32) >> (32 - bits)`.
+pub const fn ud_udp_sport(qpn: u32) -> u16 {
+    const GOLDEN_RATIO_32: u32 = 0x61c8_8647;
+    let h = qpn.wrapping_mul(GOLDEN_RATIO_32) >> (32 - 14);
+    ROCE_V2_SPORT_MIN + (h & 0x3fff) as u16
+}
+
 /// The AckReq rule (rxe `rxe_req.c` `init_req_packet`, RC only):
 /// `ack_req = END || qp->req.noack_pkts++ > RXE_MAX_PKT_PER_ACK`, `noack_pkts = 0` when set.
 /// The post-increment compares the count *before* this packet, so after an AckReq packet

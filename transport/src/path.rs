@@ -3,7 +3,7 @@
 //! QPs of one (source, destination) pair.
 
 use crate::config::{DeviceConfig, Ipv4Ident};
-use crate::formulas::rc_udp_sport;
+use crate::formulas::{rc_udp_sport, ud_udp_sport};
 use crate::verbs::{AddressVector, VerbsError};
 use std::net::IpAddr;
 use uroce_wire::*;
@@ -124,6 +124,44 @@ fn path_repr(
         },
     };
     Ok((frame, local, peer))
+}
+
+/// Emit a UD datagram of QP `lqpn` to `rqpn` along `av` into `buf` (per packet: a UD QP has
+/// no fixed path): the path's headers as a connected QP's (`path_repr`), the UD QP's UDP
+/// source port ([`ud_udp_sport`]), the pair's IPv4 identification counter, the BTH fields and
+/// extension headers given, `payload_len` bytes from `fill` (`false`: it could not supply
+/// them). Returns the frame length and whether the destination is one of this device's GIDs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn emit_datagram(
+    cfg: &DeviceConfig,
+    idents: &mut Idents,
+    av: &AddressVector,
+    (lqpn, rqpn): (u32, u32),
+    (opcode, psn, solicited): (Opcode, Psn, bool),
+    ext: &ExtHeaders,
+    payload_len: usize,
+    buf: &mut [u8],
+    fill: impl FnOnce(&mut [u8]) -> bool,
+) -> Option<(usize, bool)> {
+    let (mut frame, local, peer) = path_repr(cfg, av, lqpn, rqpn).ok()?;
+    frame.udp.src_port = cfg.udp_sport.unwrap_or_else(|| ud_udp_sport(lqpn));
+    if let IpRepr::V4(v4) = &mut frame.ip {
+        if cfg.ipv4_ident == Ipv4Ident::Counter {
+            let i = idents.slot(cfg.seed, local, peer) as usize;
+            let c = &mut idents.counters[i];
+            v4.ident = *c;
+            *c = c.wrapping_add(1);
+        }
+    }
+    let bth = &mut frame.roce.bth;
+    (bth.opcode, bth.psn, bth.solicited) = (opcode, psn, solicited);
+    bth.pad_count = uroce_wire::packet::pad_for(payload_len);
+    frame.roce.ext = *ext;
+    frame.roce.payload_len = payload_len;
+    let mut ok = true;
+    let len = frame.emit(buf, cfg.udp_checksum, |dst| ok = fill(dst)).ok()?;
+    let looped = cfg.gids.iter().any(|g| g.to_ip() == peer);
+    ok.then_some((len, looped))
 }
 
 impl FrameTemplate {

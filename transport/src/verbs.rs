@@ -143,10 +143,22 @@ pub enum QpType {
     /// IBV_QPT_RC
     #[default]
     Rc,
-    /// IBV_QPT_UC (not yet supported)
+    /// IBV_QPT_UC: connected, unreliable (no ACKs, no retransmission; SEND and RDMA WRITE).
     Uc,
-    /// IBV_QPT_UD (not yet supported)
+    /// IBV_QPT_UD: datagrams of at most one path MTU to any QP, addressed per WR by an
+    /// [`AddressHandle`], with a Q_Key.
     Ud,
+}
+
+impl QpType {
+    /// Reliable (RC): acknowledged, retransmitted.
+    pub const fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc)
+    }
+    /// Connected (RC, UC): one peer, fixed by the path set at RTR.
+    pub const fn is_connected(self) -> bool {
+        !matches!(self, QpType::Ud)
+    }
 }
 
 /// `enum ibv_mtu`.
@@ -285,6 +297,36 @@ pub struct AddressVector {
     /// The peer's MAC: the runtime resolves it from the kernel's neighbour table, as
     /// `ibv_modify_qp` does through the kernel.
     pub dmac: EthernetAddress,
+}
+
+/// An address handle (`ibv_create_ah`): a checked [`AddressVector`] in a protection domain,
+/// naming the destination of UD sends. Made only by `Device::create_ah`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct AddressHandle {
+    pub(crate) pd: PdHandle,
+    pub(crate) av: AddressVector,
+}
+
+impl AddressHandle {
+    /// The address vector.
+    pub fn av(&self) -> &AddressVector {
+        &self.av
+    }
+    /// The protection domain.
+    pub fn pd(&self) -> PdHandle {
+        self.pd
+    }
+}
+
+/// Where a UD send goes (`ibv_send_wr.wr.ud`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct UdDest {
+    /// The destination's address.
+    pub ah: AddressHandle,
+    /// The destination QP.
+    pub remote_qpn: u32,
+    /// The Q_Key to send; with its high bit set, the QP's own Q_Key (IBTA §10.2.5, C10-15).
+    pub remote_qkey: u32,
 }
 
 /// `struct ibv_qp_cap`.
@@ -427,7 +469,7 @@ impl WrOpcode {
     }
 }
 
-/// `struct ibv_send_wr` (the RC subset). The SGE list is borrowed: the engine copies it into
+/// `struct ibv_send_wr`. The SGE list is borrowed: the engine copies it into
 /// a preallocated WQE slot, so posting never allocates.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SendWr<'a> {
@@ -451,6 +493,8 @@ pub struct SendWr<'a> {
     pub compare_add: u64,
     /// Swap value (compare & swap).
     pub swap: u64,
+    /// UD: the destination (required on a UD QP, ignored elsewhere).
+    pub ud: Option<UdDest>,
 }
 
 /// `struct ibv_recv_wr`.

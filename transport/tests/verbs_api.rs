@@ -95,9 +95,12 @@ fn create_qp_validation() {
     let mut d = dev();
     let pd = d.alloc_pd();
     let cq = d.create_cq(16).unwrap();
-    let mut a = init(cq);
-    a.qp_type = QpType::Ud;
-    assert!(matches!(d.create_qp(pd, &a), Err(VerbsError::Unsupported(_))));
+    for ty in [QpType::Uc, QpType::Ud] {
+        let mut a = init(cq);
+        a.qp_type = ty;
+        let q = d.create_qp(pd, &a).unwrap();
+        assert_eq!(d.qp(q).unwrap().qp_type(), ty);
+    }
     let mut a = init(cq);
     a.cap.max_send_wr = 0;
     assert!(d.create_qp(pd, &a).is_err());

@@ -276,6 +276,35 @@ pub struct IbvPd {
     pub handle: u32,
 }
 
+/// `struct ibv_ah` (24 bytes).
+#[repr(C)]
+pub struct IbvAh {
+    /// `context`.
+    pub context: *mut IbvContext,
+    /// `pd`.
+    pub pd: *mut IbvPd,
+    /// `handle`.
+    pub handle: u32,
+}
+
+/// `struct ibv_grh` (40 bytes): the first 40 bytes of a UD receive buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct Grh {
+    /// `version_tclass_flow` (network order).
+    pub version_tclass_flow: u32,
+    /// `paylen` (network order).
+    pub paylen: u16,
+    /// `next_hdr`.
+    pub next_hdr: u8,
+    /// `hop_limit`.
+    pub hop_limit: u8,
+    /// `sgid`.
+    pub sgid: Gid,
+    /// `dgid`.
+    pub dgid: Gid,
+}
+
 /// `struct ibv_mr` (48 bytes).
 #[repr(C)]
 pub struct IbvMr {
@@ -626,5 +655,7 @@ mod tests {
         assert_eq!(offset_of!(SendWrC, atomic_rkey), 64);
         assert_eq!(size_of::<RecvWrC>(), 32);
         assert_eq!(size_of::<WcC>(), 48);
+        assert_eq!(size_of::<IbvAh>(), 24);
+        assert_eq!(size_of::<Grh>(), 40);
     }
 }

@@ -159,12 +159,12 @@ fn runtime(c: &Context) -> Result<&Runtime, c_int> {
 }
 
 /// The context and runtime behind `ctx`.
-fn rt_of<'a>(ctx: *mut IbvContext) -> Result<(&'a Context, &'a Runtime), c_int> {
+pub(crate) fn rt_of<'a>(ctx: *mut IbvContext) -> Result<(&'a Context, &'a Runtime), c_int> {
     let c = context(ctx).ok_or(libc::EINVAL)?;
     Ok((c, runtime(c)?))
 }
 
-fn fail<T>(e: c_int) -> *mut T {
+pub(crate) fn fail<T>(e: c_int) -> *mut T {
     set_errno(e);
     null_mut()
 }
@@ -187,6 +187,10 @@ pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut IbvContext) -> *mut IbvPd {
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int {
     let Some(p) = PDS.get(pd.cast()) else { return libc::EINVAL };
     let Ok((_, rt)) = rt_of(p.ibv.context) else { return libc::EINVAL };
+    // Address handles live here, not in the engine.
+    if !crate::ah::AHS.keys_where(|a| a.ibv.pd == pd).is_empty() {
+        return libc::EBUSY;
+    }
     match rt.with(|d| d.dealloc_pd(p.engine)) {
         Ok(()) => {
             drop(PDS.take(pd.cast()));
@@ -384,14 +388,17 @@ pub unsafe extern "C" fn poll_cq(cq: *mut c_void, n: c_int, wc: *mut c_void) -> 
     done as c_int
 }
 
+/// `enum ibv_qp_type`.
 fn qp_type(t: c_int) -> Option<QpType> {
     match t {
         2 => Some(QpType::Rc),
+        3 => Some(QpType::Uc),
+        4 => Some(QpType::Ud),
         _ => None,
     }
 }
 
-/// `ibv_create_qp(3)`: RC. The caps granted are written back to `init_attr`.
+/// `ibv_create_qp(3)`: RC, UC or UD. The caps granted are written back to `init_attr`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, init: *mut QpInitAttrC) -> *mut IbvQp {
     let Some(p) = PDS.get(pd.cast()) else { return fail(libc::EINVAL) };
@@ -487,6 +494,24 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
     }
 }
 
+/// The MAC of the neighbour with GID `dgid`, from the kernel's neighbour table (ARP/ND), as
+/// the kernel resolves it for rxe; a GID of this device is its own MAC (the engine loops such
+/// frames back). `EHOSTUNREACH` when the neighbour does not answer.
+pub(crate) fn resolve_dmac(
+    c: &Context,
+    dgid: uroce_transport::verbs::Gid,
+    verb: &str,
+) -> Result<uroce_wire::EthernetAddress, c_int> {
+    let ip = dgid.to_ip();
+    if c.dev.iface.addresses().contains(&ip) {
+        return Ok(c.dev.iface.mac);
+    }
+    connect::peer_mac(Some(&c.dev.iface.name), ip).map_err(|e| {
+        eprintln!("uroce: {verb}: {e:#}");
+        libc::EHOSTUNREACH
+    })
+}
+
 fn state(v: c_int) -> Option<QpState> {
     QpState::ALL.get(usize::try_from(v).ok()?).copied()
 }
@@ -525,15 +550,9 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut IbvQp, attr: *mut QpAttrC, mask:
         dmac: Default::default(),
     };
     if mask.contains(QpAttrMask::AV) {
-        let ip = av.dgid.to_ip();
-        // A GID of this device: the engine loops the QP's frames back (no neighbour to ask).
-        let own = c.dev.iface.addresses().contains(&ip);
-        match if own { Ok(c.dev.iface.mac) } else { connect::peer_mac(Some(&c.dev.iface.name), ip) } {
+        match resolve_dmac(c, av.dgid, "ibv_modify_qp") {
             Ok(m) => av.dmac = m,
-            Err(e) => {
-                eprintln!("uroce: ibv_modify_qp: {e:#}");
-                return libc::EHOSTUNREACH;
-            }
+            Err(e) => return e,
         }
     }
     let ea = QpAttr {
@@ -745,7 +764,17 @@ pub unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *
             nsge = 1;
         }
         let atomic = opcode.is_atomic();
+        // wr.ud: { struct ibv_ah *ah; uint32_t remote_qpn; uint32_t remote_qkey; }
+        let ud = match q.ibv.qp_type {
+            4 => {
+                let ah = crate::ah::AHS.get(c.remote_addr as *const c_void).ok_or(libc::EINVAL)?;
+                let (remote_qpn, remote_qkey) = (c.rkey_or_compare_add as u32, (c.rkey_or_compare_add >> 32) as u32);
+                Some(UdDest { ah: ah.engine, remote_qpn, remote_qkey })
+            }
+            _ => None,
+        };
         let e = SendWr {
+            ud,
             wr_id: c.wr_id,
             opcode,
             sg_list: &list[..nsge],
@@ -781,6 +810,9 @@ pub(crate) fn release_all(ctx: *mut IbvContext) {
     unsafe {
         for q in QPS.keys_where(|q| q.ibv.context == ctx) {
             ibv_destroy_qp(q.cast());
+        }
+        for a in crate::ah::AHS.keys_where(|a| a.ibv.context == ctx) {
+            crate::ah::ibv_destroy_ah(a.cast());
         }
         for m in MRS.keys_where(|m| m.ibv.context == ctx) {
             ibv_dereg_mr(m.cast());

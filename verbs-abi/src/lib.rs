@@ -29,6 +29,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 pub mod abi;
+pub mod ah;
 pub mod datapath;
 pub mod device;
 pub mod events;

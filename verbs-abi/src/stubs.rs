@@ -56,8 +56,6 @@ macro_rules! returns_nothing {
 // Public verbs not implemented yet.
 returns_null!(
     ibv_create_srq,
-    ibv_create_ah,
-    ibv_create_ah_from_wc,
     ibv_reg_dmabuf_mr,
     ibv_qp_to_qp_ex,
     ibv_import_device,
@@ -70,11 +68,9 @@ returns_errno!(
     ibv_destroy_srq,
     ibv_modify_srq,
     ibv_query_srq,
-    ibv_destroy_ah,
     ibv_rereg_mr,
     ibv_attach_mcast,
     ibv_detach_mcast,
-    ibv_init_ah_from_wc,
     ibv_resolve_eth_l2_from_gid,
     ibv_query_ece,
     ibv_set_ece,

@@ -56,6 +56,8 @@ int main(void) {
     O(ibv_send_wr, wr.atomic.swap) O(ibv_send_wr, wr.atomic.rkey)
     S(ibv_wc) O(ibv_wc, status) O(ibv_wc, opcode) O(ibv_wc, byte_len) O(ibv_wc, imm_data) O(ibv_wc, qp_num)
     O(ibv_wc, src_qp) O(ibv_wc, wc_flags) O(ibv_wc, pkey_index) O(ibv_wc, sl)
+    S(ibv_ah) O(ibv_ah, pd) O(ibv_ah, handle)
+    S(ibv_grh) O(ibv_grh, paylen) O(ibv_grh, next_hdr) O(ibv_grh, hop_limit) O(ibv_grh, sgid) O(ibv_grh, dgid)
     return 0;
 }
 "#;
@@ -198,6 +200,15 @@ fn rust_layout() -> BTreeMap<String, usize> {
     s("offset ibv_wc.wc_flags", offset_of!(WcC, wc_flags));
     s("offset ibv_wc.pkey_index", offset_of!(WcC, pkey_index));
     s("offset ibv_wc.sl", offset_of!(WcC, sl));
+    s("size ibv_ah", size_of::<IbvAh>());
+    s("offset ibv_ah.pd", offset_of!(IbvAh, pd));
+    s("offset ibv_ah.handle", offset_of!(IbvAh, handle));
+    s("size ibv_grh", size_of::<Grh>());
+    s("offset ibv_grh.paylen", offset_of!(Grh, paylen));
+    s("offset ibv_grh.next_hdr", offset_of!(Grh, next_hdr));
+    s("offset ibv_grh.hop_limit", offset_of!(Grh, hop_limit));
+    s("offset ibv_grh.sgid", offset_of!(Grh, sgid));
+    s("offset ibv_grh.dgid", offset_of!(Grh, dgid));
     m
 }
 

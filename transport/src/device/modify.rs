@@ -42,14 +42,19 @@ impl Device {
             return bad("qp_access_flags");
         }
         if mask.contains(M::AV) {
-            let av = &attr.ah_attr;
-            let sgid = self.cfg.gids.get(av.sgid_index as usize).ok_or(VerbsError::InvalidArgument("sgid_index"))?;
-            if sgid.is_ipv4() != av.dgid.is_ipv4() {
-                return bad("source and destination GIDs of different IP versions");
-            }
-            if av.sl > 7 {
-                return bad("sl");
-            }
+            self.validate_av(&attr.ah_attr)?;
+        }
+        Ok(())
+    }
+
+    /// Check an address vector (a QP's path, or an address handle).
+    pub(super) fn validate_av(&self, av: &AddressVector) -> Result<(), VerbsError> {
+        let sgid = self.cfg.gids.get(av.sgid_index as usize).ok_or(VerbsError::InvalidArgument("sgid_index"))?;
+        if sgid.is_ipv4() != av.dgid.is_ipv4() {
+            return Err(VerbsError::InvalidArgument("source and destination GIDs of different IP versions"));
+        }
+        if av.sl > 7 {
+            return Err(VerbsError::InvalidArgument("sl"));
         }
         Ok(())
     }
@@ -57,8 +62,9 @@ impl Device {
     /// `ibv_modify_qp`: the state machine of [`crate::qp::state`] plus attribute checks.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
         use QpAttrMask as M;
-        let cur = self.qps.get(&qpn).ok_or(VerbsError::NoSuchObject("QP"))?.state;
-        let to = crate::qp::state::check_transition(cur, attr, mask)?;
+        let qp = self.qps.get(&qpn).ok_or(VerbsError::NoSuchObject("QP"))?;
+        let (cur, ty) = (qp.state, qp.qp_type);
+        let to = crate::qp::state::check_transition_of(ty, cur, attr, mask)?;
         self.validate_attr(attr, mask)?;
         if to == QpState::Reset {
             self.qps.get_mut(&qpn).expect("checked").reset();
@@ -79,6 +85,9 @@ impl Device {
         }
         if mask.contains(M::PORT) {
             a.port_num = attr.port_num;
+        }
+        if mask.contains(M::QKEY) {
+            a.qkey = attr.qkey;
         }
         if mask.contains(M::AV) {
             a.ah_attr = attr.ah_attr;
@@ -118,7 +127,9 @@ impl Device {
         if mask.contains(M::SQ_PSN) {
             qp.send.set_sq_psn(Psn::new(attr.sq_psn));
         }
-        if mask.intersects(M::AV | M::DEST_QPN) || (to == QpState::Rtr && qp.template.is_none()) {
+        // A connected QP's frames all take one path; a UD QP's take its WRs' address handles.
+        let connected = ty.is_connected();
+        if connected && (mask.intersects(M::AV | M::DEST_QPN) || (to == QpState::Rtr && qp.template.is_none())) {
             qp.template = Some(FrameTemplate::new(cfg, idents, &qp.attr.ah_attr, qpn, qp.attr.dest_qp_num)?);
         }
         qp.state = to;

@@ -217,9 +217,6 @@ impl Device {
         if !self.pd_ok(pd) {
             return Err(VerbsError::NoSuchObject("PD"));
         }
-        if init.qp_type != QpType::Rc {
-            return Err(VerbsError::Unsupported("only RC QPs today"));
-        }
         for cq in [init.send_cq, init.recv_cq] {
             if self.cq(cq).is_none() {
                 return Err(VerbsError::NoSuchObject("CQ"));
@@ -252,7 +249,7 @@ impl Device {
                 break q;
             }
         };
-        self.qps.insert(qpn, Qp::new(Qpn::new(qpn), pd, init));
+        self.qps.insert(qpn, Qp::new(Qpn::new(qpn), pd, init, self.cfg.active_mtu));
         Ok(qpn)
     }
 
@@ -273,6 +270,16 @@ impl Device {
         // Its timer-queue entries are dropped when they come up (`TimerQueue::examine`).
         self.qps.remove(&qpn).ok_or(VerbsError::NoSuchObject("QP"))?;
         Ok(())
+    }
+
+    /// `ibv_create_ah`: an address handle for UD sends, checked as `ibv_modify_qp` checks a
+    /// path (the source GID exists, both GIDs of one IP version, `sl` ≤ 7).
+    pub fn create_ah(&self, pd: PdHandle, av: &AddressVector) -> Result<AddressHandle, VerbsError> {
+        if !self.pd_ok(pd) {
+            return Err(VerbsError::NoSuchObject("PD"));
+        }
+        self.validate_av(av)?;
+        Ok(AddressHandle { pd, av: *av })
     }
 
     /// A QP, for inspection.

@@ -7,6 +7,7 @@ use crate::counters::Counters;
 use crate::qp::congestion::CnpOutcome;
 use crate::qp::{icrc_ok, BadIcrc, Icrc};
 use crate::time::Instant;
+use crate::verbs::QpType;
 use std::net::IpAddr;
 use uroce_wire::opcode::{Operation, Transport};
 use uroce_wire::*;
@@ -113,22 +114,37 @@ impl Device {
             return drop_frame(&mut self.counters, p, icrc, RxDrop::BadOpcode);
         };
         let cnp = match info.transport {
-            Transport::Rc => false,
+            Transport::Rc | Transport::Uc | Transport::Ud => false,
             Transport::Cnp => {
                 self.counters.rcvd_cnp += 1;
                 true
             }
-            _ => return drop_frame(&mut self.counters, p, icrc, RxDrop::BadOpcode),
         };
         if !pkey_matches(bth.pkey) {
             return drop_frame(&mut self.counters, p, icrc, RxDrop::BadPkey);
         }
         let qpn = bth.dest_qp.value();
         let r = self.with_qp(qpn, now, |qp, ctx| {
-            match &qp.template {
-                Some(t) if t.is_path(p.ip.src_addr(), dst) => {}
-                Some(_) => return Err(RxDrop::BadSource),
-                None => return Err(RxDrop::QpState),
+            // Each QP takes its own transport's opcodes (rxe `check_type_state`), a CNP only a
+            // connected one.
+            let ty = qp.qp_type;
+            let fits = match info.transport {
+                Transport::Rc => ty == QpType::Rc,
+                Transport::Uc => ty == QpType::Uc,
+                Transport::Ud => ty == QpType::Ud,
+                _ => ty.is_connected(),
+            };
+            if !fits {
+                return Err(RxDrop::BadOpcode);
+            }
+            // A connected QP hears only its peer, along its path (rxe `check_addr`); a UD QP
+            // anyone who knows its number and Q_Key.
+            if ty.is_connected() {
+                match &qp.template {
+                    Some(t) if t.is_path(p.ip.src_addr(), dst) => {}
+                    Some(_) => return Err(RxDrop::BadSource),
+                    None => return Err(RxDrop::QpState),
+                }
             }
             if cnp {
                 // A CNP is keyed on its destination QP only (ConnectX's source port varies).

@@ -72,7 +72,7 @@ impl Device {
                 if out.is_some() {
                     mark_ready(ready, qp);
                 }
-                out.map(|n| (n, qp.template.as_ref().is_some_and(|t| t.loopback)))
+                out.map(|n| (n, qp.sent_loopback()))
             });
             match out {
                 Some(Some((len, false))) => return Some(len),

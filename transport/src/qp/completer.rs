@@ -65,6 +65,14 @@ impl Qp {
         self.enter_error(ctx, true);
     }
 
+    /// UC/UD: the head WQE's last packet has been sent, which completes it (there is nothing to
+    /// wait for: no ACK comes).
+    pub(crate) fn complete_sent_head(&mut self, ctx: &mut Ctx<'_>) {
+        if self.sq.head != self.sq.tail {
+            self.complete_head(ctx, WcStatus::Success, 0);
+        }
+    }
+
     /// The head WQE failed a local check before sending (bad SGE).
     pub(crate) fn complete_local_error(&mut self, ctx: &mut Ctx<'_>) {
         let st = self.sq.get(self.sq.head).local_err.unwrap_or(WcStatus::LocQpOpErr);

@@ -21,7 +21,10 @@ impl Qp {
     /// READ response at the requester: the NP is whoever receives the data, IBTA A17.9.2,
     /// SIGCOMM 2015 §3.1), count it and queue a CNP if the NP's pacing allows.
     pub(crate) fn on_received(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>, info: &OpcodeInfo) {
-        if p.ip.ecn() != Ecn::Ce || !(info.is_request() || info.operation == Operation::ReadResponse) {
+        if p.ip.ecn() != Ecn::Ce
+            || !self.qp_type.is_connected()
+            || !(info.is_request() || info.operation == Operation::ReadResponse)
+        {
             return;
         }
         ctx.counters.np_ecn_marked_roce_packets += 1;

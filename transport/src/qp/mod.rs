@@ -140,6 +140,8 @@ pub(crate) struct SendWqe {
     /// A local error found before the first packet (bad SGE): the WQE completes with it, in
     /// order, and the QP goes to the error state.
     pub local_err: Option<WcStatus>,
+    /// UD: where the datagram goes.
+    pub ud: Option<UdDest>,
 }
 
 impl SendWqe {
@@ -165,6 +167,7 @@ impl SendWqe {
             read_rcvd: 0,
             read_req_off: 0,
             local_err: None,
+            ud: None,
         }
     }
     /// Packets (SEND/WRITE) or PSNs (READ: response packets) this WQE uses at `mtu`.
@@ -298,10 +301,15 @@ impl SendQueue {
     }
 }
 
-/// A reliable-connection queue pair.
+/// A queue pair: RC, UC or UD ([`QpType`]).
 #[derive(Debug)]
 pub struct Qp {
     pub(crate) qpn: Qpn,
+    pub(crate) qp_type: QpType,
+    /// The port's MTU: the largest datagram of a UD QP (which has no path MTU).
+    pub(crate) port_mtu: Mtu,
+    /// UD: the last datagram sent went to one of this device's own GIDs.
+    pub(crate) ud_loopback: bool,
     pub(crate) pd: PdHandle,
     pub(crate) send_cq: CqHandle,
     pub(crate) recv_cq: CqHandle,
@@ -328,9 +336,12 @@ pub struct Qp {
 }
 
 impl Qp {
-    pub(crate) fn new(qpn: Qpn, pd: PdHandle, init: &QpInitAttr) -> Qp {
+    pub(crate) fn new(qpn: Qpn, pd: PdHandle, init: &QpInitAttr, port_mtu: Mtu) -> Qp {
         Qp {
             qpn,
+            qp_type: init.qp_type,
+            port_mtu,
+            ud_loopback: false,
             pd,
             send_cq: init.send_cq,
             recv_cq: init.recv_cq,
@@ -354,6 +365,11 @@ impl Qp {
     /// The QP number.
     pub fn qpn(&self) -> u32 {
         self.qpn.value()
+    }
+
+    /// The transport.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
     }
 
     /// The state.
@@ -423,9 +439,21 @@ impl Qp {
         )
     }
 
-    /// Path MTU in bytes.
+    /// Path MTU in bytes (a UD QP's: the port's).
     pub(crate) fn mtu(&self) -> usize {
-        self.attr.path_mtu.bytes()
+        match self.qp_type {
+            QpType::Ud => self.port_mtu.bytes(),
+            _ => self.attr.path_mtu.bytes(),
+        }
+    }
+
+    /// Whether the frame this QP just produced goes to one of the device's own GIDs (and is
+    /// delivered to the device instead of sent).
+    pub(crate) fn sent_loopback(&self) -> bool {
+        match self.qp_type {
+            QpType::Ud => self.ud_loopback,
+            _ => self.template.as_ref().is_some_and(|t| t.loopback),
+        }
     }
 
     /// Start (or move) one of this QP's timers.

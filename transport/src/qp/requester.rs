@@ -14,7 +14,7 @@ use crate::time::local_ack_timeout;
 use crate::timer::Timer;
 use crate::verbs::*;
 use uroce_wire::opcode::{Operation, Position};
-use uroce_wire::{AtomicEthRepr, ExtHeaders, Opcode, PayloadWriter, Psn, RethRepr};
+use uroce_wire::{AtomicEthRepr, DethRepr, ExtHeaders, Opcode, PayloadWriter, Psn, RethRepr};
 
 /// Where to find a WQE's payload bytes.
 pub(crate) struct Source<'a> {
@@ -165,6 +165,27 @@ impl Qp {
         if inline && length > self.cap.max_inline_data as u64 {
             return Err(VerbsError::InvalidArgument("inline data exceeds max_inline_data"));
         }
+        // The operations of each transport (IBTA Table 39; rxe `rxe_wr_opcode_info`): EINVAL.
+        let ok = match self.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wr.opcode,
+                WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+            ),
+            QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+        };
+        if !ok {
+            return Err(VerbsError::InvalidArgument("opcode not supported by the QP's transport"));
+        }
+        if self.qp_type == QpType::Ud {
+            let Some(ud) = wr.ud else { return Err(VerbsError::InvalidArgument("UD send without an address handle")) };
+            if ud.ah.pd != self.pd {
+                return Err(VerbsError::InvalidArgument("address handle of another PD"));
+            }
+            if ud.remote_qpn > 0xff_ffff {
+                return Err(VerbsError::InvalidArgument("remote_qpn"));
+            }
+        }
         if wr.opcode.is_atomic() {
             // libibverbs / rxe: one 8-byte SGE, 8-byte aligned remote address.
             if length != 8 || wr.sg_list.len() != 1 {
@@ -203,6 +224,7 @@ impl Qp {
         w.read_rcvd = 0;
         w.read_req_off = 0;
         w.local_err = inline_err.then_some(WcStatus::LocProtErr);
+        w.ud = if self.qp_type == QpType::Ud { wr.ud } else { None };
         self.sq.tail += 1;
         if self.state == QpState::Err {
             // Posting to a QP in the error state completes the WR at once with a flush error.
@@ -216,7 +238,7 @@ impl Qp {
     /// immediate are plain SEND/WRITE FIRST/MIDDLE (IBTA §9.4, Table 36). Both transmit paths
     /// ask here.
     #[inline]
-    fn request_opcode(wr: WrOpcode, pos: Position) -> Option<Opcode> {
+    fn request_opcode(ty: QpType, wr: WrOpcode, pos: Position) -> Option<Opcode> {
         let end = pos.is_end();
         let op = match wr {
             WrOpcode::Send => Operation::Send,
@@ -230,7 +252,25 @@ impl Qp {
             WrOpcode::AtomicCmpAndSwp => Operation::CompareSwap,
             WrOpcode::AtomicFetchAndAdd => Operation::FetchAdd,
         };
-        Opcode::rc_request(op, pos)
+        let rc = Opcode::rc_request(op, pos)?;
+        match ty {
+            QpType::Rc => Some(rc),
+            // UC's opcodes are RC's SEND and WRITE ones with the UC prefix (IBTA Table 38).
+            QpType::Uc if rc.0 <= 0x0b => Some(Opcode(rc.0 | uroce_wire::opcode::Transport::Uc.prefix())),
+            QpType::Uc => None,
+            QpType::Ud => match op {
+                Operation::Send if pos == Position::Only => Some(Opcode::UD_SEND_ONLY),
+                Operation::SendWithImm if pos == Position::Only => Some(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE),
+                _ => None,
+            },
+        }
+    }
+
+    /// Whether the next request packet carries AckReq: an RC QP's cadence; never on UC and UD,
+    /// which are not acknowledged (rxe sends UC/UD packets without it).
+    #[inline]
+    fn ack_req_due(&self, end: bool, interval: u32) -> bool {
+        self.qp_type.is_reliable() && self.send.ack_req_due(end, interval)
     }
 
     /// Where a packet of `n` bytes at byte offset `off` sits in a message of `len` bytes
@@ -256,6 +296,7 @@ impl Qp {
         }
         let mtu = self.mtu();
         let window = ctx.cfg.send_window;
+        let reliable = self.qp_type.is_reliable();
         loop {
             let (cur, _) = self.send.cursor();
             if cur == self.sq.tail {
@@ -281,7 +322,8 @@ impl Qp {
                 if w.opcode.is_read_or_atomic() && inflight >= max_rd {
                     return None;
                 }
-                if !self.send.window_open(window) {
+                // Unreliable QPs have no window: nothing is ever acknowledged.
+                if reliable && !self.send.window_open(window) {
                     return None;
                 }
                 let need = if w.opcode.is_read_or_atomic() { AccessFlags::LOCAL_WRITE } else { AccessFlags::NONE };
@@ -301,11 +343,24 @@ impl Qp {
             let (cur, cur_off) = self.send.cursor();
             let w = self.sq.get(cur);
             let psn = if w.opcode.is_atomic() { w.first_psn } else { w.first_psn.add(cur_off / mtu as u32) };
-            if !self.send.in_window(psn, window) {
+            if reliable && !self.send.in_window(psn, window) {
                 return None;
             }
+            if self.qp_type == QpType::Ud && w.length as usize > mtu {
+                // C10-93.1.1: a datagram larger than the path MTU is not sent, and completes
+                // as if it had been (rxe `rxe_requester`: "fake a successful UD send"). Its PSN
+                // is used.
+                ctx.counters.ud_oversize_sends += 1;
+                tracing::debug!(qpn = self.qpn.value(), len = w.length, mtu, "UD send larger than the MTU dropped");
+                self.send.on_sent(false, psn.add(1), Advance::NextWqe);
+                self.complete_sent_head(ctx);
+                continue;
+            }
             let retransmission = psn.before(self.send.next_psn());
-            let built = self.build_request(ctx, buf, cur, cur_off, psn, mtu);
+            let built = match self.qp_type {
+                QpType::Ud => self.build_datagram(ctx, buf, cur, psn).map(|len| (len, true)),
+                _ => self.build_request(ctx, buf, cur, cur_off, psn, mtu),
+            };
             let Some((len, send_end)) = built else {
                 // The gather list went bad after posting (region deregistered).
                 self.sq.get_mut(cur).local_err = Some(WcStatus::LocProtErr);
@@ -317,7 +372,13 @@ impl Qp {
             } else if send_end {
                 ctx.counters.rdma_sends += 1;
             }
-            if self.timers.get(Timer::Retransmit).is_none() {
+            if !reliable {
+                // UC and UD: a WQE is complete once its last packet is sent (rxe
+                // `update_wqe_state` → `wqe_state_done` for non-RC QPs; no retransmission).
+                if self.send.cursor().0 != cur {
+                    self.complete_sent_head(ctx);
+                }
+            } else if self.timers.get(Timer::Retransmit).is_none() {
                 if let Some(t) = local_ack_timeout(self.attr.timeout) {
                     self.arm(ctx, Timer::Retransmit, ctx.now + t);
                 }
@@ -382,8 +443,8 @@ impl Qp {
             }
         };
         let end = position.is_end();
-        let opcode = Self::request_opcode(w.opcode, position)?;
-        let ack_req = self.send.ack_req_due(end, ctx.cfg.ack_req_interval);
+        let opcode = Self::request_opcode(self.qp_type, w.opcode, position)?;
+        let ack_req = self.ack_req_due(end, ctx.cfg.ack_req_interval);
         let solicited = end && w.flags.contains(SendFlags::SOLICITED);
         let src = Source { sges: self.sq.sges(cur), inline: w.is_inline.then_some(&w.inline[..]) };
         // What the next packet of this message will read.
@@ -401,6 +462,41 @@ impl Qp {
         let send_end = end && matches!(w.opcode, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv);
         self.send.on_sent(ack_req, next_psn, if done { Advance::NextWqe } else { Advance::Offset(next_off) });
         Some((len, send_end))
+    }
+
+    /// Build the datagram of UD WQE `cur` at `psn` (one packet, SEND ONLY with or without
+    /// immediate, a DETH: the Q_Key and this QP's number) to its address handle, and advance.
+    fn build_datagram(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8], cur: u64, psn: Psn) -> Option<usize> {
+        let w = self.sq.get(cur);
+        let ud = w.ud?;
+        // C10-15: a Q_Key with its high-order bit set means the QP's own (as ConnectX does;
+        // rxe sends the WR's Q_Key as it is: programs give the real one).
+        let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { self.attr.qkey } else { ud.remote_qkey };
+        let mut ext = ExtHeaders { deth: Some(DethRepr { qkey, src_qp: self.qpn }), ..Default::default() };
+        if w.opcode == WrOpcode::SendWithImm {
+            ext.immdt = Some(w.imm_data);
+        }
+        let opcode = Self::request_opcode(self.qp_type, w.opcode, Position::Only)?;
+        let solicited = w.flags.contains(SendFlags::SOLICITED);
+        let src = Source { sges: self.sq.sges(cur), inline: w.is_inline.then_some(&w.inline[..]) };
+        let mrs = &*ctx.mrs;
+        let pd = self.pd;
+        let len = w.length as usize;
+        let lqpn = self.qpn.value();
+        let (n, looped) = crate::path::emit_datagram(
+            ctx.cfg,
+            ctx.idents,
+            &ud.ah.av,
+            (lqpn, ud.remote_qpn),
+            (opcode, psn, solicited),
+            &ext,
+            len,
+            buf,
+            |dst| gather(mrs, pd, &src, 0, dst).is_ok(),
+        )?;
+        self.ud_loopback = looped;
+        self.send.on_sent(false, psn.add(1), Advance::NextWqe);
+        Some(n)
     }
 
     /// The transmit fast path: the MIDDLE packet of a SEND or RDMA WRITE (with or without
@@ -428,7 +524,7 @@ impl Qp {
         if Self::position(off, n, w.length) != Position::Middle {
             return None;
         }
-        let opcode = Self::request_opcode(w.opcode, Position::Middle)?;
+        let opcode = Self::request_opcode(self.qp_type, w.opcode, Position::Middle)?;
         let sge = self.sq.sges(cur)[0];
         let next_off = off + n;
         // What the next packet reads, fetched meanwhile (`gather_to`'s `ahead` and `more`).
@@ -437,7 +533,7 @@ impl Qp {
         let src = ctx.mrs.slice(sge.lkey, self.pd, at, n as usize + ahead, AccessFlags::NONE).ok()?;
         let (piece, next) = src.split_at(n as usize);
         let tpl = self.template.as_ref()?;
-        let ack_req = self.send.ack_req_due(false, ctx.cfg.ack_req_interval);
+        let ack_req = self.ack_req_due(false, ctx.cfg.ack_req_interval);
         let none = ExtHeaders::default();
         let len = tpl.emit_copy(buf, ctx.idents, opcode, psn, ack_req, false, &none, n as usize, |w| {
             w.copy_prefetching(piece, next)

@@ -28,6 +28,9 @@ use std::collections::VecDeque;
 use uroce_wire::opcode::{Operation, Position};
 use uroce_wire::{AethRepr, AtomicAckEthRepr, Msn, NakCode, ParsedFrame, Psn, RethRepr, RnrTimer, Syndrome};
 
+/// The bytes at the start of a UD receive buffer that hold the GRH (IBTA §11.4.1.2).
+pub const GRH_LEN: usize = 40;
+
 /// A message being received across several packets.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) enum InMsg {
@@ -88,6 +91,9 @@ pub(crate) struct Responder {
     pub next_res: usize,
     /// Responses waiting to be sent, in PSN order.
     pub out: VecDeque<RespOut>,
+    /// UC: the message in progress lost a packet or failed a check; its remaining packets
+    /// are dropped until a FIRST or ONLY (rxe `resp.drop_msg`).
+    pub drop_msg: bool,
 }
 
 /// A failed check: the NAK to send (and whether the QP then goes to ERR).
@@ -238,6 +244,17 @@ impl Qp {
     /// A request (SEND, WRITE, READ, atomic) arrived for this QP. With `icrc` pending, the
     /// ICRC is checked before the frame has any effect ([`Icrc`]); `Err` when it is wrong.
     pub(crate) fn handle_request(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>, icrc: Icrc) -> Result<(), BadIcrc> {
+        if self.qp_type != QpType::Rc {
+            // Only RC WRITEs defer their ICRC (`device::rx`): it has been checked.
+            if icrc == Icrc::Pending && !icrc_ok(p) {
+                return Err(BadIcrc);
+            }
+            match self.qp_type {
+                QpType::Uc => self.handle_uc_request(ctx, p),
+                _ => self.handle_datagram(ctx, p),
+            }
+            return Ok(());
+        }
         let receiving = receives(self.state);
         // Only the next packet in sequence goes on to execution with its ICRC unchecked.
         let mut icrc = icrc;
@@ -308,6 +325,106 @@ impl Qp {
         Ok(())
     }
 
+    /// A UC request (IBTA §9.8; rxe `check_psn`, `check_op_seq`, `check_op_valid` for UC):
+    /// the same checks and execution as RC, but nothing is ever acknowledged or NAKed, and a
+    /// failure drops the rest of its message instead of failing the QP. A packet that is not
+    /// the expected one (a PSN gap: a packet was lost) drops its message; any FIRST or ONLY
+    /// packet starts a new message at its own PSN, abandoning an unfinished one (whose
+    /// receive WQE is used again from its start). A SEND too long for the receive WQE
+    /// completes it with LOC_LEN_ERR (class D; rxe `RESPST_ERR_LENGTH`).
+    fn handle_uc_request(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>) {
+        if !receives(self.state) {
+            ctx.counters.dropped_qp_state += 1;
+            return;
+        }
+        let Some(info) = p.roce.bth.opcode.info() else { return };
+        let psn = p.roce.bth.psn;
+        if self.resp.drop_msg || psn != self.resp.epsn {
+            if !info.position.is_start() {
+                if psn != self.resp.epsn {
+                    ctx.counters.out_of_seq_request += 1;
+                }
+                ctx.counters.dropped_uc_msg += 1;
+                self.resp.drop_msg = true;
+                return;
+            }
+            self.resp.drop_msg = false;
+            self.resp.msg = InMsg::None;
+            self.resp.epsn = psn;
+        }
+        let mut icrc = Icrc::Checked;
+        if self.execute_request(ctx, p, &mut icrc).is_err() {
+            ctx.counters.dropped_uc_msg += 1;
+            self.resp.drop_msg = true;
+            self.resp.msg = InMsg::None;
+        }
+    }
+
+    /// A UD datagram (IBTA §9.8.4; rxe `check_keys`, `send_data_in`): SEND ONLY with or
+    /// without immediate, from any QP (no PSN check: datagrams are independent), with the
+    /// QP's Q_Key. Its receive WQE gets the 40-byte GRH area first — the IPv6 header, or 20
+    /// zero bytes and the IPv4 header (rxe `rxe_resp.c` `copy_data` of `roce4grh`) — then
+    /// the payload; the completion counts both and names the source QP. No receive WQE, or
+    /// one too small: the datagram is dropped (never an RNR NAK).
+    fn handle_datagram(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>) {
+        if !receives(self.state) {
+            ctx.counters.dropped_qp_state += 1;
+            return;
+        }
+        let Some(deth) = p.roce.ext.deth else { return };
+        if deth.qkey != self.attr.qkey {
+            ctx.counters.dropped_bad_qkey += 1;
+            return;
+        }
+        let payload = p.payload();
+        let Some(wqe) = self.rq.front() else {
+            ctx.counters.dropped_ud_no_wqe += 1;
+            return;
+        };
+        let total = (GRH_LEN + payload.len()) as u64;
+        if total > wqe.length {
+            // Too large for the receive buffer: dropped, the WQE kept (rxe 6.10+
+            // `rxe_resp_check_length`: `payload + 40 > recv_buffer_len`).
+            ctx.counters.dropped_ud_too_long += 1;
+            return;
+        }
+        self.rq.pop_front();
+        let mut grh = [0u8; GRH_LEN];
+        let hdr = p.bytes().get(p.offsets.l3..p.offsets.udp).unwrap_or(&[]);
+        let at = if p.ip.src_addr().is_ipv4() { GRH_LEN - 20 } else { 0 };
+        let n = hdr.len().min(GRH_LEN - at);
+        grh[at..at + n].copy_from_slice(&hdr[..n]);
+        let sges = self.rq.sges(&wqe);
+        let status = match scatter(ctx.mrs, self.pd, sges, 0, &grh)
+            .and_then(|()| scatter(ctx.mrs, self.pd, sges, GRH_LEN as u64, payload))
+        {
+            Ok(()) => WcStatus::Success,
+            Err(st) => st,
+        };
+        let (imm, mut flags) = match p.roce.ext.immdt {
+            Some(i) => (i, WcFlags::WITH_IMM),
+            None => (0, WcFlags::NONE),
+        };
+        flags |= WcFlags::GRH;
+        if status == WcStatus::Success {
+            ctx.counters.rdma_recvs += 1;
+        }
+        let byte_len = if status == WcStatus::Success { total as u32 } else { 0 };
+        let wc = WorkCompletion {
+            wr_id: wqe.wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len,
+            imm_data: imm,
+            qp_num: self.qpn.value(),
+            src_qp: deth.src_qp.value(),
+            wc_flags: flags,
+            solicited: p.roce.bth.solicited,
+            ..Default::default()
+        };
+        ctx.complete(self.recv_cq, wc);
+    }
+
     /// Checks 2..6 and execution, for a request at the expected PSN. A pending `icrc` is checked
     /// (and set to checked) before anything changes; errors returned while it is still pending
     /// come from pure checks.
@@ -351,6 +468,10 @@ impl Qp {
     }
 
     fn ack_if_requested(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>) {
+        // UC is never acknowledged, whatever AckReq says.
+        if self.qp_type != QpType::Rc {
+            return;
+        }
         self.resp.ack_if_requested(p.roce.bth.ack_req, p.roce.bth.psn, &mut ctx.counters.ack_deferred);
     }
 

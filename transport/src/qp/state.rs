@@ -1,4 +1,4 @@
-//! The RC QP state machine (IBTA Vol. 1 §10.3.1, Figure 124 "QP State Transitions"), as the
+//! The QP state machine (IBTA Vol. 1 §10.3.1, Figure 124 "QP State Transitions"), as the
 //! table Linux checks modify_qp against (`ib_modify_qp_is_ok`, `drivers/infiniband/core/verbs.c`).
 //!
 //! ```text
@@ -10,7 +10,7 @@
 //! Each allowed transition names the attributes it *requires* and those it *accepts*; any
 //! other attribute in the mask is an error (EINVAL), as in the kernel.
 
-use crate::verbs::{QpAttr, QpAttrMask as M, QpState, VerbsError};
+use crate::verbs::{QpAttr, QpAttrMask as M, QpState, QpType, VerbsError};
 
 /// One row of the table.
 #[derive(Clone, Copy, Debug)]
@@ -81,8 +81,57 @@ pub const RC_TRANSITIONS: &[Transition] = &[
     t(Error, Error, M::NONE, M::NONE),
 ];
 
-/// Check a modify_qp call against the table. Returns the target state.
+/// The UC transition table (kernel `qp_state_table`, IB_QPT_UC columns).
+pub const UC_TRANSITIONS: &[Transition] = &[
+    t(Reset, Reset, M::NONE, M::NONE),
+    t(Reset, Init, or(or(M::PKEY_INDEX, M::PORT), M::ACCESS_FLAGS), M::NONE),
+    t(Init, Init, M::NONE, or(or(M::PKEY_INDEX, M::PORT), M::ACCESS_FLAGS)),
+    t(
+        Init,
+        Rtr,
+        or(or(M::AV, M::PATH_MTU), or(M::DEST_QPN, M::RQ_PSN)),
+        or(or(M::ALT_PATH, M::ACCESS_FLAGS), M::PKEY_INDEX),
+    ),
+    t(Rtr, Rts, M::SQ_PSN, or(or(M::CUR_STATE, M::ALT_PATH), or(M::ACCESS_FLAGS, M::PATH_MIG_STATE))),
+    t(Rts, Rts, M::NONE, or(or(M::CUR_STATE, M::ACCESS_FLAGS), or(M::ALT_PATH, M::PATH_MIG_STATE))),
+    t(Rts, Sqd, M::NONE, M::EN_SQD_ASYNC_NOTIFY),
+    t(Sqd, Rts, M::NONE, or(or(M::CUR_STATE, M::ALT_PATH), or(M::ACCESS_FLAGS, M::PATH_MIG_STATE))),
+    t(Sqd, Sqd, M::NONE, or(or(M::AV, M::ALT_PATH), or(M::ACCESS_FLAGS, M::PATH_MIG_STATE))),
+    t(Sqe, Rts, M::NONE, or(M::CUR_STATE, M::ACCESS_FLAGS)),
+    t(Error, Error, M::NONE, M::NONE),
+];
+
+/// The UD transition table (kernel `qp_state_table`, IB_QPT_UD columns).
+pub const UD_TRANSITIONS: &[Transition] = &[
+    t(Reset, Reset, M::NONE, M::NONE),
+    t(Reset, Init, or(or(M::PKEY_INDEX, M::PORT), M::QKEY), M::NONE),
+    t(Init, Init, M::NONE, or(or(M::PKEY_INDEX, M::PORT), M::QKEY)),
+    t(Init, Rtr, M::NONE, or(M::PKEY_INDEX, M::QKEY)),
+    t(Rtr, Rts, M::SQ_PSN, or(M::CUR_STATE, M::QKEY)),
+    t(Rts, Rts, M::NONE, or(M::CUR_STATE, M::QKEY)),
+    t(Rts, Sqd, M::NONE, M::EN_SQD_ASYNC_NOTIFY),
+    t(Sqd, Rts, M::NONE, or(M::CUR_STATE, M::QKEY)),
+    t(Sqd, Sqd, M::NONE, or(M::PKEY_INDEX, M::QKEY)),
+    t(Sqe, Rts, M::NONE, or(M::CUR_STATE, M::QKEY)),
+    t(Error, Error, M::NONE, M::NONE),
+];
+
+/// The table of a QP type.
+pub const fn transitions(ty: QpType) -> &'static [Transition] {
+    match ty {
+        QpType::Rc => RC_TRANSITIONS,
+        QpType::Uc => UC_TRANSITIONS,
+        QpType::Ud => UD_TRANSITIONS,
+    }
+}
+
+/// Check a modify_qp call on an RC QP against the table. Returns the target state.
 pub fn check_transition(cur: QpState, attr: &QpAttr, mask: M) -> Result<QpState, VerbsError> {
+    check_transition_of(QpType::Rc, cur, attr, mask)
+}
+
+/// Check a modify_qp call on a QP of type `ty` against its table. Returns the target state.
+pub fn check_transition_of(ty: QpType, cur: QpState, attr: &QpAttr, mask: M) -> Result<QpState, VerbsError> {
     if mask.contains(M::CUR_STATE) {
         // Kernel: CUR_STATE is only meaningful from RTR, RTS, SQD and SQE.
         if !matches!(cur, Rtr | Rts | Sqd | Sqe) {
@@ -97,7 +146,7 @@ pub fn check_transition(cur: QpState, attr: &QpAttr, mask: M) -> Result<QpState,
     let row = if to == Reset || to == Error {
         Transition { from: cur, to, required: M::NONE, optional: M::NONE }
     } else {
-        *RC_TRANSITIONS
+        *transitions(ty)
             .iter()
             .find(|r| r.from == cur && r.to == to)
             .ok_or(VerbsError::InvalidTransition { from: cur, to })?
@@ -143,6 +192,44 @@ mod tests {
         }
         // 7 states × (RESET, ERR), plus the 9 rows that go elsewhere.
         assert_eq!(legal, 14 + 9);
+    }
+
+    /// The UC and UD tables: the same legal pairs as RC (the kernel's table has the same rows
+    /// for the three), their own attributes: a UD QP takes a Q_Key and no path, a UC QP a
+    /// path and no READ/atomic or retry attributes.
+    #[test]
+    fn uc_and_ud_tables() {
+        for ty in [QpType::Uc, QpType::Ud] {
+            let tab = transitions(ty);
+            for r in RC_TRANSITIONS {
+                assert!(tab.iter().any(|u| (u.from, u.to) == (r.from, r.to)), "{ty:?} {:?}->{:?}", r.from, r.to);
+            }
+            assert_eq!(tab.len(), RC_TRANSITIONS.len());
+        }
+        let ud_init = M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY;
+        assert_eq!(check_transition_of(QpType::Ud, Reset, &attr(Init), ud_init), Ok(Init));
+        assert_eq!(
+            check_transition_of(QpType::Ud, Reset, &attr(Init), M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
+            Err(VerbsError::MissingAttribute { missing: M::QKEY })
+        );
+        assert_eq!(check_transition_of(QpType::Ud, Init, &attr(Rtr), M::STATE), Ok(Rtr));
+        assert_eq!(
+            check_transition_of(QpType::Ud, Init, &attr(Rtr), M::STATE | M::AV),
+            Err(VerbsError::UnexpectedAttribute { unexpected: M::AV })
+        );
+        assert_eq!(check_transition_of(QpType::Ud, Rtr, &attr(Rts), M::STATE | M::SQ_PSN), Ok(Rts));
+        let uc_rtr = M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+        assert_eq!(check_transition_of(QpType::Uc, Init, &attr(Rtr), uc_rtr), Ok(Rtr));
+        assert_eq!(
+            check_transition_of(QpType::Uc, Init, &attr(Rtr), uc_rtr | M::MAX_DEST_RD_ATOMIC),
+            Err(VerbsError::UnexpectedAttribute { unexpected: M::MAX_DEST_RD_ATOMIC })
+        );
+        assert_eq!(
+            check_transition_of(QpType::Uc, Rtr, &attr(Rts), M::STATE | M::SQ_PSN | M::TIMEOUT),
+            Err(VerbsError::UnexpectedAttribute { unexpected: M::TIMEOUT })
+        );
+        // RC needs what UC does not.
+        assert!(check_transition(Init, &attr(Rtr), uc_rtr).is_err());
     }
 
     #[test]
