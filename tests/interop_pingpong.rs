@@ -25,7 +25,8 @@
 //!   ICRC error or malformed frame.
 //! * Debian's `ibv_rc_pingpong` itself on uroce's side, over uroce's drop-in `libibverbs.so.1`
 //!   (4096 B x 200, both ways, the same checks but uroce's counters), polling and with `-e` on
-//!   both sides (completion channels): an unmodified verbs program on uroce talking to rxe.
+//!   both sides (completion channels): an unmodified verbs program on uroce talking to rxe. And
+//!   the same with `ibv_uc_pingpong` (4096 B) and `ibv_ud_pingpong` (1024 B, the MTU).
 //! * The check can fail: the uroce client flips page-start byte 0 of its last message
 //!   (hidden test hook `--debug-corrupt-send N@0`): the stock server must print `invalid data in
 //!   page 0` (and, being rc_pingpong, still exit 0) — so the "no invalid data" assertion above
@@ -53,6 +54,9 @@ const GUEST_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0x21);
 const UROCE_V4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 6);
 const UROCE_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 6);
 const UROCE_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x77, 0x00, 0x06];
+/// rdma-core's RC ping-pong (the default tool).
+const RC: &str = "ibv_rc_pingpong";
+
 /// Wall-clock limit of one side of one run (both are killed after it).
 const RUN_LIMIT: u64 = 240;
 
@@ -84,6 +88,9 @@ struct Case {
     stock_on_uroce: bool,
     /// Both programs sleep on completion channels (`ibv_rc_pingpong -e`) instead of polling.
     events: bool,
+    /// The rdma-core program on both sides: `ibv_rc_pingpong`, or (with `stock_on_uroce`)
+    /// `ibv_uc_pingpong` / `ibv_ud_pingpong`.
+    tool: &'static str,
 }
 
 impl Case {
@@ -103,6 +110,7 @@ impl Case {
             if self.corrupt_last { " corrupt-last" } else { "" },
             if self.loss > 0 { format!(" loss{}%", self.loss) } else { String::new() },
         ) + if self.events { " -e" } else { "" }
+            + if self.tool == RC { String::new() } else { format!(" {}", self.tool) }.as_str()
     }
 }
 
@@ -198,7 +206,7 @@ impl Bench {
 
     fn stock_cmd(&self, c: &Case) -> String {
         let g = if c.v6 { self.gid_v6 } else { self.gid_v4 };
-        let mut s = format!("ibv_rc_pingpong -d rxe0 -g {g} -c -s {} -n {}", c.size, c.iters);
+        let mut s = format!("{} -d rxe0 -g {g} -c -s {} -n {}", c.tool, c.size, c.iters);
         if c.events {
             s += " -e";
         }
@@ -246,7 +254,7 @@ impl Bench {
             "env".into(),
             format!("LD_LIBRARY_PATH={}", dir.display()),
             "UROCE_QUIRKS=retry_cnt_7_infinite".into(),
-            "ibv_rc_pingpong".into(),
+            c.tool.into(),
             "-d".into(),
             "uroce_eth0".into(),
             "-g".into(),
@@ -353,7 +361,7 @@ impl Bench {
             return Err(diag(format!("uroce exited {:?}", done.status)));
         }
         if stock_rc != Some(0) {
-            return Err(diag(format!("stock ibv_rc_pingpong exited {stock_rc:?}")));
+            return Err(diag(format!("stock {} exited {stock_rc:?}", c.tool)));
         }
         let (server, client) = match c.dir {
             Dir::UroceClient => (&stock_out, &done.stdout),
@@ -439,6 +447,7 @@ fn pingpong(flavour: Flavour) {
             loss: 0,
             stock_on_uroce: false,
             events: false,
+            tool: RC,
         };
         cases.extend([case(1, "xdp", false), case(4096, "xdp", false), case(9001, "xdp", false)]);
         cases.extend([case(4096, "udp", false), case(4096, "xdp", true)]);
@@ -458,6 +467,7 @@ fn pingpong(flavour: Flavour) {
         loss: 0,
         stock_on_uroce: false,
         events: false,
+        tool: RC,
     });
     // Debian's ibv_rc_pingpong itself on the host, over uroce's libibverbs.so.1, against
     // Debian's ibv_rc_pingpong on rxe, both ways, polling and sleeping on completion events.
@@ -473,6 +483,25 @@ fn pingpong(flavour: Flavour) {
                 loss: 0,
                 stock_on_uroce: true,
                 events,
+                tool: RC,
+            });
+        }
+        // ibv_uc_pingpong (unacknowledged SENDs) and ibv_ud_pingpong (datagrams of at most
+        // the MTU, 1024 on the guest's 1500-byte link; address handles, the GRH area), stock on
+        // both sides. A clean path only: UC and UD do not recover a lost message, and neither
+        // program retries one.
+        for (tool, size) in [("ibv_uc_pingpong", 4096), ("ibv_ud_pingpong", 1024)] {
+            cases.push(Case {
+                dir,
+                size,
+                iters: iters.min(200),
+                backend: "xdp",
+                v6: false,
+                corrupt_last: false,
+                loss: 0,
+                stock_on_uroce: true,
+                events: false,
+                tool,
             });
         }
     }
