@@ -486,7 +486,7 @@ pub fn run(cfg: &PingpongConfig, out: &mut dyn Write) -> Result<Summary> {
     let cq = dev.create_cq(cfg.rx_depth as usize + 1).map_err(|e| anyhow!("Couldn't create CQ: {e:?}"))?;
     let cap = QpCap { max_send_wr: 1, max_recv_wr: cfg.rx_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let qpn = dev
-        .create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false })
+        .create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, srq: None })
         .map_err(|e| anyhow!("Couldn't create QP: {e:?}"))?;
     connect::to_init(dev, qpn, AccessFlags::NONE).map_err(|e| anyhow!("Failed to modify QP to INIT: {e:?}"))?;
     let psn = dev.random_psn() & 0xff_ffff;

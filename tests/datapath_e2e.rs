@@ -80,7 +80,7 @@ fn open(end: &End, peer: &End, be: Be, inject: Option<FaultConfig>, name: &'stat
     let cq = dev.create_cq(4096).unwrap();
     let cap = QpCap { max_send_wr: 256, max_recv_wr: 256, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 };
     let qpn = dev
-        .create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false })
+        .create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, srq: None })
         .unwrap();
     let access =
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;

@@ -26,7 +26,8 @@
 //! * Debian's `ibv_rc_pingpong` itself on uroce's side, over uroce's drop-in `libibverbs.so.1`
 //!   (4096 B x 200, both ways, the same checks but uroce's counters), polling and with `-e` on
 //!   both sides (completion channels): an unmodified verbs program on uroce talking to rxe. And
-//!   the same with `ibv_uc_pingpong` (4096 B) and `ibv_ud_pingpong` (1024 B, the MTU).
+//!   the same with `ibv_uc_pingpong` (4096 B), `ibv_ud_pingpong` (1024 B, the MTU) and
+//!   `ibv_srq_pingpong` (4096 B, 16 QPs on one SRQ).
 //! * The check can fail: the uroce client flips page-start byte 0 of its last message
 //!   (hidden test hook `--debug-corrupt-send N@0`): the stock server must print `invalid data in
 //!   page 0` (and, being rc_pingpong, still exit 0) — so the "no invalid data" assertion above
@@ -486,11 +487,11 @@ fn pingpong(flavour: Flavour) {
                 tool: RC,
             });
         }
-        // ibv_uc_pingpong (unacknowledged SENDs) and ibv_ud_pingpong (datagrams of at most
-        // the MTU, 1024 on the guest's 1500-byte link; address handles, the GRH area), stock on
-        // both sides. A clean path only: UC and UD do not recover a lost message, and neither
-        // program retries one.
-        for (tool, size) in [("ibv_uc_pingpong", 4096), ("ibv_ud_pingpong", 1024)] {
+        // ibv_uc_pingpong (unacknowledged SENDs), ibv_ud_pingpong (datagrams of at most the
+        // MTU, 1024 on the guest's 1500-byte link; address handles, the GRH area) and
+        // ibv_srq_pingpong (16 RC QPs on one SRQ), stock on both sides. A clean path: UC and
+        // UD do not recover a lost message, and neither program retries one.
+        for (tool, size) in [("ibv_uc_pingpong", 4096), ("ibv_ud_pingpong", 1024), ("ibv_srq_pingpong", 4096)] {
             cases.push(Case {
                 dir,
                 size,

@@ -85,7 +85,8 @@ fn open(end: &End, peer: &End, shards: u32, per_shard: usize, len: usize) -> Sid
                 let cq = dev.create_cq(4096).unwrap();
                 let cap =
                     QpCap { max_send_wr: 256, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-                let init = QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false };
+                let init =
+                    QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, srq: None };
                 let qpn = dev.create_qp(pd, &init).unwrap();
                 let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
                 let mr = dev.reg_mr(pd, vec![0u8; len].into_boxed_slice(), access).unwrap();

@@ -63,7 +63,7 @@ fn open(end: &End, peer: &End) -> Side {
     let cq = dev.create_cq(8192).unwrap();
     let cap = QpCap { max_send_wr: 512, max_recv_wr: 512, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let qpn = dev
-        .create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false })
+        .create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, srq: None })
         .unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let mr = dev.reg_mr(pd, vec![0u8; LEN].into_boxed_slice(), access).unwrap();

@@ -353,7 +353,10 @@ impl Node {
         let cq = dev.create_cq(4096).expect("cq");
         let cap = QpCap { max_send_wr: 256, max_recv_wr: 256, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 };
         let qpn = dev
-            .create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false })
+            .create_qp(
+                pd,
+                &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, srq: None },
+            )
             .expect("qp");
         Node { dev, be, pd, cq, qpn, ip }
     }

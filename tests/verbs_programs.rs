@@ -1,7 +1,7 @@
 //! Stock verbs programs over uroce's drop-in `libibverbs.so.1` on both ends, each end a
 //! separate process in its own network namespace (AF_XDP on its veth): Debian's
 //! `ibv_rc_pingpong` (polling and with completion events, every received buffer checked),
-//! `ibv_uc_pingpong` and `ibv_ud_pingpong`, perftest's RC tests (WRITE/READ/SEND/atomic
+//! `ibv_uc_pingpong`, `ibv_ud_pingpong` and `ibv_srq_pingpong`, perftest's RC tests (WRITE/READ/SEND/atomic
 //! bandwidth and latency, several QPs, every size, a timed run, completion events,
 //! `--run_infinitely`) and its UC and UD ones. Each program must exit 0 on both sides and print the
 //! figures it prints on real RDMA hardware. And a program killed while it holds the device
@@ -87,15 +87,23 @@ fn stock_ibv_rc_pingpong_between_two_uroce_processes() {
     }
 }
 
-/// Stock `ibv_uc_pingpong` and `ibv_ud_pingpong` on both ends, every received buffer checked
-/// (`-c`): UC's unacknowledged SENDs, UD's datagrams with their GRH area and address handles.
+/// Stock `ibv_uc_pingpong`, `ibv_ud_pingpong` and `ibv_srq_pingpong` on both ends, every
+/// received buffer checked (`-c`): UC's unacknowledged SENDs, UD's datagrams with their GRH
+/// area and address handles, 16 RC QPs receiving from one SRQ (polling and with `-e`).
 #[test]
-fn stock_ibv_uc_and_ud_pingpong_between_two_uroce_processes() {
-    let Some(dir) = setup("verbs_programs::uc_ud_pingpong", &["ibv_uc_pingpong", "ibv_ud_pingpong"]) else { return };
+fn stock_ibv_uc_ud_and_srq_pingpong_between_two_uroce_processes() {
+    let tools = ["ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"];
+    let Some(dir) = setup("verbs_programs::uc_ud_srq_pingpong", &tools) else { return };
     let net = NetPair::create(&PairConfig { subnet: 136, ..PairConfig::new("vu", 1500) }).expect("veth pair");
     // ud_pingpong's largest size is the MTU (1024 on a 1500-byte link)
-    for (tool, size) in [("ibv_uc_pingpong", "4096"), ("ibv_ud_pingpong", "1024")] {
-        let argv = [tool, "-g", "1", "-s", size, "-n", "500", "-c"];
+    let runs = [
+        ("ibv_uc_pingpong", "4096", "-c"),
+        ("ibv_ud_pingpong", "1024", "-c"),
+        ("ibv_srq_pingpong", "4096", "-c"),
+        ("ibv_srq_pingpong", "4096", "-e"),
+    ];
+    for (tool, size, mode) in runs {
+        let argv = [tool, "-g", "1", "-s", size, "-n", "500", "-c", mode];
         let (c, s) = pair(&net, &dir, &argv, 18515);
         let bytes = format!("{} bytes in", 500 * 2 * size.parse::<u64>().unwrap());
         for (who, o) in [("client", &c), ("server", &s)] {

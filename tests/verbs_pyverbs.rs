@@ -2,7 +2,7 @@
 //! `/usr/share/doc/rdma-core/tests/`) over uroce's drop-in `libibverbs.so.1`, on a veth in a
 //! namespace: `run_tests.py --dev uroce_<if>` for the modules issue 15 names that rdma-core 44
 //! ships (`test_srq` is not among them). Every module must end `OK`: the tests that run pass,
-//! and the others skip because pyverbs found a feature absent (UD and UC QPs, extended QPs and
+//! and the others skip because pyverbs found a feature absent (extended QPs and
 //! CQs, ODP, memory windows, ...) — the skip reasons are printed. The traffic tests connect
 //! two QPs of one process to each other over the device's own GID (loopback in the engine),
 //! between two contexts that share the device's engine.

@@ -38,7 +38,7 @@ fn rig() -> Rig {
     let other_pd = dev.alloc_pd();
     let cq = dev.create_cq(1 << 14).unwrap();
     let cap = QpCap { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 16 };
-    let qpn = dev.create_qp_with_qpn(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: true }, 0x11).unwrap();
+    let qpn = dev.create_qp_with_qpn(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: true, srq: None }, 0x11).unwrap();
     let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let guard = || vec![GUARD; PAGE].into_boxed_slice();
     // Contiguous addresses: guard | target | guard | read-only | other-PD | local buffer.

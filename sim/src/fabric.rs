@@ -440,7 +440,8 @@ impl Fabric {
         let mk = |h: &mut Host, fill: bool| -> Result<(u32, MrInfo), VerbsError> {
             let cap =
                 QpCap { max_send_wr: 1024, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-            let init = QpInitAttr { qp_type: QpType::Rc, send_cq: h.cq, recv_cq: h.cq, cap, sq_sig_all: false };
+            let init =
+                QpInitAttr { qp_type: QpType::Rc, send_cq: h.cq, recv_cq: h.cq, cap, sq_sig_all: false, srq: None };
             let qpn = h.dev.create_qp(h.pd, &init)?;
             let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
             // the source holds a pattern of its own, the destination zeros (`Fabric::flow_data_intact`)

@@ -158,8 +158,10 @@ pub(super) fn setup(cfg: PerfConfig, mut port: Port, stream: TcpStream, out: Box
             max_recv_sge: 1,
             max_inline_data: inline,
         };
-        let qpn =
-            dev.create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false })?;
+        let qpn = dev.create_qp(
+            pd,
+            &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, srq: None },
+        )?;
         let (mr, send_addr, recv_addr) = match &shared {
             Some(b) => (b.mr, b.base + (i * buf_size) as u64, b.base + ((n + i) * buf_size) as u64),
             None => {

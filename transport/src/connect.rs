@@ -234,7 +234,7 @@ mod tests {
         let pd = d.alloc_pd();
         let cq = d.create_cq(4).unwrap();
         let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-        let init = QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false };
+        let init = QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, srq: None };
         let q = d.create_qp(pd, &init).unwrap();
         let local = RcLocal { sq_psn: 0x123, timeout: 18, max_rd_atomic: 4, ..Default::default() };
         let peer_ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));

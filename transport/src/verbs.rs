@@ -404,7 +404,33 @@ pub struct QpInitAttr {
     pub cap: QpCap,
     /// Every send WR generates a completion, regardless of `SIGNALED`.
     pub sq_sig_all: bool,
+    /// Receive from this shared receive queue instead of the QP's own (`ibv_qp_init_attr.srq`).
+    pub srq: Option<SrqHandle>,
 }
+
+/// A shared receive queue handle.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default, PartialOrd, Ord)]
+pub struct SrqHandle(pub u32);
+
+/// `struct ibv_srq_attr`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct SrqAttr {
+    /// Receive WRs the SRQ holds.
+    pub max_wr: u32,
+    /// Scatter/gather entries per receive WR.
+    pub max_sge: u32,
+    /// The limit: when the SRQ falls below this many WRs, `IBV_EVENT_SRQ_LIMIT_REACHED` is
+    /// raised once, and the limit disarmed (0: disarmed).
+    pub srq_limit: u32,
+}
+
+flags!(
+    /// `enum ibv_srq_attr_mask`.
+    SrqAttrMask: u32 {
+        MAX_WR = 1,
+        LIMIT = 2,
+    }
+);
 
 /// A protection domain handle.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default, PartialOrd, Ord)]

@@ -28,7 +28,7 @@ fn one_device() -> (Device, QpOptions, PdHandle, CqHandle, QpInitAttr) {
     let o = QpOptions::default();
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(64).unwrap();
-    let init = QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap: o.cap, sq_sig_all: false };
+    let init = QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap: o.cap, sq_sig_all: false, srq: None };
     (dev, o, pd, cq, init)
 }
 

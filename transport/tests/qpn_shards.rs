@@ -16,7 +16,7 @@ fn create(d: &mut Device, n: usize) -> Result<Vec<u32>, VerbsError> {
     let pd = d.alloc_pd();
     let cq = d.create_cq(16)?;
     let cap = QpCap { max_send_wr: 1, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let init = QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false };
+    let init = QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, srq: None };
     (0..n).map(|_| d.create_qp(pd, &init)).collect()
 }
 

@@ -101,7 +101,7 @@ fn replay(path: &Path) -> Outcome {
         let qpn = dev
             .create_qp_with_qpn(
                 pd,
-                &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false },
+                &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, srq: None },
                 rqpn,
             )
             .unwrap();

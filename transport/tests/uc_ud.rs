@@ -32,7 +32,7 @@ impl Two {
     }
     fn qp(&mut self, i: usize, qp_type: QpType) -> u32 {
         let cap = QpCap { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 64 };
-        let init = QpInitAttr { qp_type, send_cq: self.cq[i], recv_cq: self.cq[i], cap, sq_sig_all: false };
+        let init = QpInitAttr { qp_type, send_cq: self.cq[i], recv_cq: self.cq[i], cap, sq_sig_all: false, srq: None };
         self.devs[i].create_qp(self.pd[i], &init).unwrap()
     }
     fn reg(&mut self, i: usize, len: usize, fill: impl Fn(usize) -> u8) -> MrInfo {

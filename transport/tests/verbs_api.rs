@@ -12,7 +12,7 @@ fn dev() -> Device {
 }
 
 fn init(cq: CqHandle) -> QpInitAttr {
-    QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap: QpCap::default(), sq_sig_all: false }
+    QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap: QpCap::default(), sq_sig_all: false, srq: None }
 }
 
 #[test]

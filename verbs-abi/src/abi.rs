@@ -287,6 +287,46 @@ pub struct IbvAh {
     pub handle: u32,
 }
 
+/// `struct ibv_srq` (128 bytes).
+#[repr(C)]
+pub struct IbvSrq {
+    /// `context`.
+    pub context: *mut IbvContext,
+    /// `srq_context`.
+    pub srq_context: *mut c_void,
+    /// `pd`.
+    pub pd: *mut IbvPd,
+    /// `handle`.
+    pub handle: u32,
+    /// `mutex`.
+    pub mutex: libc::pthread_mutex_t,
+    /// `cond`.
+    pub cond: libc::pthread_cond_t,
+    /// `events_completed`.
+    pub events_completed: u32,
+}
+
+/// `struct ibv_srq_attr` (12 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct SrqAttrC {
+    /// `max_wr`.
+    pub max_wr: u32,
+    /// `max_sge`.
+    pub max_sge: u32,
+    /// `srq_limit`.
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr` (24 bytes).
+#[repr(C)]
+pub struct SrqInitAttrC {
+    /// `srq_context`.
+    pub srq_context: *mut c_void,
+    /// `attr`.
+    pub attr: SrqAttrC,
+}
+
 /// `struct ibv_grh` (40 bytes): the first 40 bytes of a UD receive buffer.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -656,6 +696,8 @@ mod tests {
         assert_eq!(size_of::<RecvWrC>(), 32);
         assert_eq!(size_of::<WcC>(), 48);
         assert_eq!(size_of::<IbvAh>(), 24);
+        assert_eq!(size_of::<IbvSrq>(), 128);
+        assert_eq!(size_of::<SrqInitAttrC>(), 24);
         assert_eq!(size_of::<Grh>(), 40);
     }
 }

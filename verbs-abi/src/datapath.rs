@@ -411,9 +411,13 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, init: *mut QpInitAttrC) -
     let (Some(scq), Some(rcq)) = (CQS.get(ia.send_cq.cast()), CQS.get(ia.recv_cq.cast())) else {
         return fail(libc::EINVAL);
     };
-    if !ia.srq.is_null() {
-        return fail(libc::EOPNOTSUPP);
-    }
+    let srq = match ia.srq.is_null() {
+        true => None,
+        false => match crate::srq::engine_of(ia.srq) {
+            Some(h) => Some(h),
+            None => return fail(libc::EINVAL),
+        },
+    };
     let Some(ty) = qp_type(ia.qp_type) else { return fail(libc::EOPNOTSUPP) };
     let c = ia.cap;
     let cap = QpCap {
@@ -424,7 +428,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, init: *mut QpInitAttrC) -
         max_inline_data: c.max_inline_data,
     };
     let attr =
-        QpInitAttr { qp_type: ty, send_cq: scq.engine, recv_cq: rcq.engine, cap, sq_sig_all: ia.sq_sig_all != 0 };
+        QpInitAttr { qp_type: ty, send_cq: scq.engine, recv_cq: rcq.engine, cap, sq_sig_all: ia.sq_sig_all != 0, srq };
     let inline_len = cap.max_inline_data as usize;
     let r = rt.with(|d| {
         let qpn = d.create_qp(p.engine, &attr)?;
@@ -453,6 +457,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, init: *mut QpInitAttrC) -
     ibv.pd = pd;
     ibv.send_cq = ia.send_cq;
     ibv.recv_cq = ia.recv_cq;
+    ibv.srq = ia.srq;
     ibv.handle = qpn;
     ibv.qp_num = qpn;
     ibv.state = QpState::Reset as c_int;
@@ -659,7 +664,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         i.qp_context = q.ibv.qp_context;
         i.send_cq = q.ibv.send_cq;
         i.recv_cq = q.ibv.recv_cq;
-        i.srq = null_mut();
+        i.srq = q.ibv.srq;
         i.cap = capc;
         i.qp_type = q.ibv.qp_type;
         i.sq_sig_all = sig as c_int;
@@ -667,11 +672,28 @@ pub unsafe extern "C" fn ibv_query_qp(
     0
 }
 
+/// `ibv_query_qp_data_in_order(3)`: the engine places every packet's payload in PSN order, a
+/// message's bytes before any later message's, so data is in order for every operation: 1,
+/// or with `IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS` the capabilities `WHOLE_MSG |
+/// ALIGNED_128_BYTES`. `EINVAL` for a QP that is not ours.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp_data_in_order(qp: *mut IbvQp, _op: c_int, flags: u32) -> c_int {
+    if QPS.get(qp.cast()).is_none() {
+        return -libc::EINVAL;
+    }
+    const RETURN_CAPS: u32 = 1;
+    if flags & RETURN_CAPS != 0 {
+        (1 << 1) | 1
+    } else {
+        1
+    }
+}
+
 /// At most this many SGEs per WR are read from the program.
 const MAX_SGE: usize = 32;
 
 /// The SGEs of a WR, checked for count.
-unsafe fn sges(list: *const SgeC, n: c_int) -> Option<([Sge; MAX_SGE], usize)> {
+pub(crate) unsafe fn sges(list: *const SgeC, n: c_int) -> Option<([Sge; MAX_SGE], usize)> {
     let n = usize::try_from(n).ok().filter(|&n| n <= MAX_SGE)?;
     if n > 0 && list.is_null() {
         return None;
@@ -699,13 +721,14 @@ fn wr_opcode(v: c_int) -> Option<WrOpcode> {
     })
 }
 
-/// Post a chain of WRs (`ibv_send_wr` or `ibv_recv_wr`, `W`) to `qp` under one engine lock:
-/// `one` posts a WR and returns the next; the first WR that fails is `*bad_wr`.
-fn post_chain<W>(
-    qp: *mut c_void,
+/// Post a chain of WRs (`W`: `ibv_send_wr` or `ibv_recv_wr`) under one lock of the engine of
+/// `ctx` (`None`: not an object of ours, `EINVAL`): `one` posts a WR and returns the next; the
+/// first WR that fails is `*bad_wr`.
+pub(crate) fn post_list<W>(
+    ctx: Option<*mut IbvContext>,
     wr: *mut c_void,
     bad: *mut *mut c_void,
-    mut one: impl FnMut(&mut uroce_transport::Device, &Qp, *mut W) -> Result<*mut W, c_int>,
+    mut one: impl FnMut(&mut uroce_transport::Device, *mut W) -> Result<*mut W, c_int>,
 ) -> c_int {
     let set_bad = |w: *mut c_void| {
         if !bad.is_null() {
@@ -713,18 +736,14 @@ fn post_chain<W>(
             unsafe { *bad = w };
         }
     };
-    let Some(q) = QPS.get(qp) else {
-        set_bad(wr);
-        return libc::EINVAL;
-    };
-    let Ok((_, rt)) = rt_of(q.ibv.context) else {
+    let Some(Ok((_, rt))) = ctx.map(rt_of) else {
         set_bad(wr);
         return libc::EINVAL;
     };
     let mut w = wr.cast::<W>();
     rt.with(|d| {
         while !w.is_null() {
-            match one(d, q, w) {
+            match one(d, w) {
                 Ok(next) => w = next,
                 Err(e) => {
                     set_bad(w.cast());
@@ -734,6 +753,19 @@ fn post_chain<W>(
         }
         0
     })
+}
+
+/// [`post_list`] to QP `qp`.
+fn post_chain<W>(
+    qp: *mut c_void,
+    wr: *mut c_void,
+    bad: *mut *mut c_void,
+    mut one: impl FnMut(&mut uroce_transport::Device, &Qp, *mut W) -> Result<*mut W, c_int>,
+) -> c_int {
+    match QPS.get(qp) {
+        Some(q) => post_list(Some(q.ibv.context), wr, bad, |d, w| one(d, q, w)),
+        None => post_list::<W>(None, wr, bad, |_, _| Err(libc::EINVAL)),
+    }
 }
 
 /// `ops.post_send`.
@@ -813,6 +845,9 @@ pub(crate) fn release_all(ctx: *mut IbvContext) {
         }
         for a in crate::ah::AHS.keys_where(|a| a.ibv.context == ctx) {
             crate::ah::ibv_destroy_ah(a.cast());
+        }
+        for s in crate::srq::SRQS.keys_where(|s| s.ibv.context == ctx) {
+            crate::srq::ibv_destroy_srq(s.cast());
         }
         for m in MRS.keys_where(|m| m.ibv.context == ctx) {
             ibv_dereg_mr(m.cast());

@@ -153,15 +153,6 @@ pub fn context<'a>(ctx: *mut IbvContext) -> Option<&'a Context> {
     CONTEXTS.get(ctx.cast())
 }
 
-// Until an SRQ exists, this fails as its verb documents.
-unsafe extern "C" fn post_srq_missing(_q: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: `bad` is the caller's `struct ibv_recv_wr **`.
-        unsafe { *bad = wr };
-    }
-    libc::EOPNOTSUPP
-}
-
 /// `ibv_get_device_list(3)`: a NULL-terminated array, freed with `ibv_free_device_list`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut IbvDevice {
@@ -242,7 +233,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext
     c.abi_compat = usize::MAX as *mut c_void;
     c.ops.poll_cq = Some(crate::datapath::poll_cq);
     c.ops.req_notify_cq = Some(crate::events::req_notify_cq);
-    c.ops.post_srq_recv = Some(post_srq_missing);
+    c.ops.post_srq_recv = Some(crate::srq::post_srq_recv);
     c.ops.post_send = Some(crate::datapath::post_send);
     c.ops.post_recv = Some(crate::datapath::post_recv);
     let ctx = Box::into_raw(Box::new(Context { vctx, dev: d, runtime: std::sync::OnceLock::new(), events }));
@@ -326,6 +317,8 @@ pub fn device_attr(d: &Device) -> DeviceAttr {
     a.atomic_cap = 1; // IBV_ATOMIC_HCA
     a.max_ah = 0x7ff0;
     a.max_pkeys = 1;
+    (a.max_srq, a.max_srq_wr) = (0x3ff, uroce_transport::device::MAX_SRQ_WR as c_int);
+    a.max_srq_sge = uroce_transport::qp::MAX_SGE as c_int;
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = 1;
     a

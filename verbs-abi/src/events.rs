@@ -234,6 +234,7 @@ pub struct AsyncEvents {
     /// The context's QPs by number and CQs by engine handle: the objects events name.
     qps: Mutex<BTreeMap<u32, usize>>,
     cqs: Mutex<BTreeMap<u32, usize>>,
+    srqs: Mutex<BTreeMap<u32, usize>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -254,6 +255,7 @@ impl AsyncEvents {
             queue: Mutex::new(VecDeque::new()),
             qps: Mutex::new(BTreeMap::new()),
             cqs: Mutex::new(BTreeMap::new()),
+            srqs: Mutex::new(BTreeMap::new()),
         }))
     }
 
@@ -268,6 +270,7 @@ impl AsyncEvents {
         let mine = match e {
             AsyncEvent::QpFatal(n) | AsyncEvent::SqDrained(n) => locked(&self.qps).contains_key(&n),
             AsyncEvent::CqError(h) => locked(&self.cqs).contains_key(&h.0),
+            AsyncEvent::SrqLimitReached(h) => locked(&self.srqs).contains_key(&h.0),
         };
         if mine {
             self.raise(e);
@@ -302,6 +305,15 @@ impl AsyncEvents {
         };
     }
 
+    /// The same for the SRQ with engine handle `srq`.
+    pub fn set_srq(&self, srq: u32, ptr: Option<*mut IbvSrq>) {
+        let mut m = locked(&self.srqs);
+        match ptr {
+            Some(p) => m.insert(srq, p as usize),
+            None => m.remove(&srq),
+        };
+    }
+
     /// The next queued event as libibverbs names it, if its object still exists.
     fn next(&self) -> Option<Option<IbvAsyncEvent>> {
         let e = locked(&self.queue).pop_front()?;
@@ -312,6 +324,9 @@ impl AsyncEvents {
                 AsyncEvent::QpFatal(n) => qp(n).map(|p| (p, EVENT_QP_FATAL)),
                 AsyncEvent::SqDrained(n) => qp(n).map(|p| (p, EVENT_SQ_DRAINED)),
                 AsyncEvent::CqError(h) => locked(&self.cqs).get(&h.0).copied().map(|p| (p, EVENT_CQ_ERR)),
+                AsyncEvent::SrqLimitReached(h) => {
+                    locked(&self.srqs).get(&h.0).copied().map(|p| (p, EVENT_SRQ_LIMIT_REACHED))
+                }
             }
             .map(|(p, event_type)| IbvAsyncEvent { element: p as *mut c_void, event_type }),
         )
@@ -322,6 +337,7 @@ impl AsyncEvents {
 const EVENT_CQ_ERR: c_int = 0;
 const EVENT_QP_FATAL: c_int = 1;
 const EVENT_SQ_DRAINED: c_int = 5;
+const EVENT_SRQ_LIMIT_REACHED: c_int = 15;
 
 /// `ibv_get_async_event(3)`: the next event of `ctx` (blocking unless its `async_fd` was made
 /// non-blocking: then -1 with `EAGAIN`). Events of objects destroyed since are skipped.
@@ -354,7 +370,8 @@ pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut IbvContext, event: *mut I
 }
 
 /// `ibv_ack_async_event(3)`: counts the event on its QP (`events_completed`) or CQ
-/// (`async_events_completed`) under the object's mutex, as rdma-core does.
+/// (`async_events_completed`) or SRQ (`events_completed`) under the object's mutex, as rdma-core
+/// does.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_ack_async_event(event: *mut IbvAsyncEvent) {
     if event.is_null() {
@@ -368,6 +385,11 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut IbvAsyncEvent) {
             if CQS.get(el).is_some() {
                 let cq = el.cast::<IbvCq>();
                 count_acked(&mut (*cq).mutex, &mut (*cq).cond, &mut (*cq).async_events_completed, 1);
+            }
+        } else if ty == EVENT_SRQ_LIMIT_REACHED {
+            if crate::srq::SRQS.get(el).is_some() {
+                let srq = el.cast::<IbvSrq>();
+                count_acked(&mut (*srq).mutex, &mut (*srq).cond, &mut (*srq).events_completed, 1);
             }
         } else if crate::datapath::QPS.get(el).is_some() {
             let qp = el.cast::<IbvQp>();

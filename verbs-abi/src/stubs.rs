@@ -54,27 +54,15 @@ macro_rules! returns_nothing {
 }
 
 // Public verbs not implemented yet.
-returns_null!(
-    ibv_create_srq,
-    ibv_reg_dmabuf_mr,
-    ibv_qp_to_qp_ex,
-    ibv_import_device,
-    ibv_import_pd,
-    ibv_import_mr,
-    ibv_import_dm,
-);
+returns_null!(ibv_reg_dmabuf_mr, ibv_qp_to_qp_ex, ibv_import_device, ibv_import_pd, ibv_import_mr, ibv_import_dm,);
 returns_errno!(
     ibv_resize_cq,
-    ibv_destroy_srq,
-    ibv_modify_srq,
-    ibv_query_srq,
     ibv_rereg_mr,
     ibv_attach_mcast,
     ibv_detach_mcast,
     ibv_resolve_eth_l2_from_gid,
     ibv_query_ece,
     ibv_set_ece,
-    ibv_query_qp_data_in_order,
 );
 returns_minus_one!(ibv_rate_to_mult, mult_to_ibv_rate, ibv_rate_to_mbps, mbps_to_ibv_rate);
 returns_nothing!(ibv_unimport_pd, ibv_unimport_mr, ibv_unimport_dm);

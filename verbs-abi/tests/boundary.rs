@@ -117,8 +117,16 @@ fn handles_are_checked_and_edges_answer_as_rdma_core() {
         bad = null_mut();
         assert_eq!(ops.post_recv.expect("post_recv")(junk.as_mut_ptr().cast(), wr, &mut bad), libc::EINVAL);
         assert_eq!(bad, wr);
-        assert!(stubs::ibv_create_srq().is_null());
+        assert!(stubs::ibv_import_device().is_null());
         assert_eq!(errno(), libc::EOPNOTSUPP);
+        // SRQs: misuse is EINVAL, through the inline verb too
+        assert!(uroce_verbs::srq::ibv_create_srq(null_mut(), null_mut()).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(uroce_verbs::srq::ibv_destroy_srq(junk.as_mut_ptr().cast()), libc::EINVAL);
+        assert_eq!(uroce_verbs::srq::ibv_query_srq(null_mut(), null_mut()), libc::EINVAL);
+        bad = null_mut();
+        assert_eq!(ops.post_srq_recv.expect("post_srq_recv")(junk.as_mut_ptr().cast(), wr, &mut bad), libc::EINVAL);
+        assert_eq!(bad, wr);
 
         // completion channels: misuse is EINVAL, a used channel EBUSY, an empty non-blocking
         // channel EAGAIN; req_notify_cq needs a channel

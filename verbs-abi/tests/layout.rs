@@ -57,6 +57,8 @@ int main(void) {
     S(ibv_wc) O(ibv_wc, status) O(ibv_wc, opcode) O(ibv_wc, byte_len) O(ibv_wc, imm_data) O(ibv_wc, qp_num)
     O(ibv_wc, src_qp) O(ibv_wc, wc_flags) O(ibv_wc, pkey_index) O(ibv_wc, sl)
     S(ibv_ah) O(ibv_ah, pd) O(ibv_ah, handle)
+    S(ibv_srq) O(ibv_srq, srq_context) O(ibv_srq, pd) O(ibv_srq, handle) O(ibv_srq, mutex) O(ibv_srq, cond)
+    O(ibv_srq, events_completed) S(ibv_srq_attr) S(ibv_srq_init_attr) O(ibv_srq_init_attr, attr)
     S(ibv_grh) O(ibv_grh, paylen) O(ibv_grh, next_hdr) O(ibv_grh, hop_limit) O(ibv_grh, sgid) O(ibv_grh, dgid)
     return 0;
 }
@@ -203,6 +205,16 @@ fn rust_layout() -> BTreeMap<String, usize> {
     s("size ibv_ah", size_of::<IbvAh>());
     s("offset ibv_ah.pd", offset_of!(IbvAh, pd));
     s("offset ibv_ah.handle", offset_of!(IbvAh, handle));
+    s("size ibv_srq", size_of::<IbvSrq>());
+    s("offset ibv_srq.srq_context", offset_of!(IbvSrq, srq_context));
+    s("offset ibv_srq.pd", offset_of!(IbvSrq, pd));
+    s("offset ibv_srq.handle", offset_of!(IbvSrq, handle));
+    s("offset ibv_srq.mutex", offset_of!(IbvSrq, mutex));
+    s("offset ibv_srq.cond", offset_of!(IbvSrq, cond));
+    s("offset ibv_srq.events_completed", offset_of!(IbvSrq, events_completed));
+    s("size ibv_srq_attr", size_of::<SrqAttrC>());
+    s("size ibv_srq_init_attr", size_of::<SrqInitAttrC>());
+    s("offset ibv_srq_init_attr.attr", offset_of!(SrqInitAttrC, attr));
     s("size ibv_grh", size_of::<Grh>());
     s("offset ibv_grh.paylen", offset_of!(Grh, paylen));
     s("offset ibv_grh.next_hdr", offset_of!(Grh, next_hdr));

@@ -142,3 +142,80 @@ fn a_datagram_and_its_answer_through_an_ah_made_from_the_completion() {
         ibv_free_device_list(list);
     }
 }
+
+/// A UD QP receiving from an SRQ armed at a limit: the datagram takes the SRQ below it, and
+/// `IBV_EVENT_SRQ_LIMIT_REACHED` naming the SRQ arrives on `async_fd`; acknowledging it counts
+/// on the SRQ; the limit reads 0 (disarmed) afterwards.
+#[test]
+fn an_srq_below_its_limit_raises_the_event_on_async_fd() {
+    std::env::set_var("UROCE_IFACES", "lo");
+    std::env::set_var("UROCE_BACKEND", "udp");
+    std::env::set_var("UROCE_UDP_PORT", (40000 + std::process::id() % 10000).to_string());
+    use uroce_verbs::events::*;
+    use uroce_verbs::srq::*;
+    // SAFETY: a verbs program's calls, on objects this test created and keeps alive.
+    unsafe {
+        let list = ibv_get_device_list(null_mut());
+        let ctx = ibv_open_device(*list);
+        let mut gid = [0u8; 16];
+        assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
+        let pd = ibv_alloc_pd(ctx);
+        let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+        let mut si = SrqInitAttrC { srq_context: null_mut(), attr: SrqAttrC { max_wr: 8, max_sge: 1, srq_limit: 0 } };
+        let srq = ibv_create_srq(pd, &mut si);
+        assert!(!srq.is_null());
+        let cap = QpCapC { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+        let mut init = QpInitAttrC {
+            qp_context: null_mut(),
+            send_cq: cq,
+            recv_cq: cq,
+            srq: null_mut(),
+            cap,
+            qp_type: 4,
+            sq_sig_all: 1,
+        };
+        let qa = ibv_create_qp(pd, &mut init);
+        init.srq = srq.cast();
+        let qb = ibv_create_qp(pd, &mut init);
+        assert!(!qa.is_null() && !qb.is_null());
+        ud_ready(qa, 0);
+        ud_ready(qb, 0);
+        let mut buf = vec![0u8; 4096];
+        let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
+        let (base, lkey) = (buf.as_ptr() as u64, (*mr).lkey);
+        let ops = &(*ctx).ops;
+        let mut bad = null_mut();
+        for k in 0..2u64 {
+            let mut s = SgeC { addr: base + 1024 + k * 1024, length: 1024, lkey };
+            let mut r = RecvWrC { wr_id: k, next: null_mut(), sg_list: &mut s, num_sge: 1 };
+            assert_eq!(ops.post_srq_recv.unwrap()(srq.cast(), (&mut r as *mut RecvWrC).cast(), &mut bad), 0);
+        }
+        // a receive of its own on a QP that has an SRQ: EINVAL, bad_wr set
+        let mut s = SgeC { addr: base, length: 8, lkey };
+        let mut r = RecvWrC { wr_id: 9, next: null_mut(), sg_list: &mut s, num_sge: 1 };
+        let rp = (&mut r as *mut RecvWrC).cast();
+        assert_eq!(ops.post_recv.unwrap()(qb.cast(), rp, &mut bad), libc::EINVAL);
+        assert_eq!(bad, rp);
+        let mut a = SrqAttrC { srq_limit: 2, ..Default::default() };
+        assert_eq!(ibv_modify_srq(srq, &mut a, 2 /* IBV_SRQ_LIMIT */), 0);
+        let mut attr = AhAttrC { is_global: 1, port_num: 1, ..Default::default() };
+        attr.grh = GlobalRoute { dgid: gid, sgid_index: 1, hop_limit: 64, ..Default::default() };
+        let ah = ibv_create_ah(pd, &mut attr);
+        let mut s = SgeC { addr: base, length: 100, lkey };
+        let mut w: SendWrC = core::mem::zeroed();
+        (w.wr_id, w.sg_list, w.num_sge, w.opcode) = (7, &mut s, 1, WR_SEND);
+        (w.remote_addr, w.rkey_or_compare_add) = (ah as u64, (*qb).qp_num as u64 | (QKEY as u64) << 32);
+        assert_eq!(ops.post_send.unwrap()(qa.cast(), (&mut w as *mut SendWrC).cast(), &mut bad), 0);
+        let mut ev = IbvAsyncEvent { element: null_mut(), event_type: -1 };
+        assert_eq!(ibv_get_async_event(ctx, &mut ev), 0);
+        assert_eq!((ev.event_type, ev.element), (15 /* IBV_EVENT_SRQ_LIMIT_REACHED */, srq.cast()));
+        ibv_ack_async_event(&mut ev);
+        assert_eq!((*srq).events_completed, 1);
+        let mut q = SrqAttrC::default();
+        assert_eq!(ibv_query_srq(srq, &mut q), 0);
+        assert_eq!((q.max_wr, q.max_sge, q.srq_limit), (8, 1, 0));
+        assert_eq!(ibv_destroy_srq(srq), libc::EBUSY, "a QP receives from it");
+        assert_eq!(ibv_close_device(ctx), 0, "closing releases the SRQ with the rest");
+        ibv_free_device_list(list);
+    }
+}

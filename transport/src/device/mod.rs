@@ -20,7 +20,8 @@
 //! | file | what |
 //! |---|---|
 //! | `device/mod.rs` | the [`Device`], its configuration knobs, and `Device::with_qp`: the one way to run a QP with the device's shared state |
-//! | `device/objects.rs` | verbs objects: PDs, MRs, CQs, QPs (create, destroy, query) |
+//! | `device/objects.rs` | verbs objects: PDs, MRs, CQs, QPs, address handles (create, destroy, query) |
+//! | `device/srq.rs` | shared receive queues (create, modify, query, post, destroy) |
 //! | `device/modify.rs` | `ibv_modify_qp`: attribute validation and the transition |
 //! | `device/rx.rs` | receive routing: parse, ICRC, address / P_Key / QP checks, the WRITE fast path |
 //! | `device/schedule.rs` | transmit scheduling (the ready queue) and timers |
@@ -30,11 +31,13 @@ mod modify;
 mod objects;
 mod rx;
 mod schedule;
+mod srq;
 
 pub use crate::config::{DeviceConfig, Ipv4Ident, QpnShard, Quirks};
 pub use crate::formulas::{calc_flow_label, rc_udp_sport as udp_sport};
 pub use objects::MrInfo;
 pub use rx::RxDrop;
+pub use srq::MAX_SRQ_WR;
 
 use crate::counters::Counters;
 use crate::cq::Cq;
@@ -55,6 +58,7 @@ pub struct Device {
     pds: Vec<bool>,
     mrs: MrTable,
     cqs: Vec<Option<Cq>>,
+    srqs: Vec<Option<crate::qp::srq::Srq>>,
     qps: crate::qp::table::QpTable,
     /// QPs with something to send, in turn ([`Device::poll_transmit`]).
     ready: VecDeque<u32>,
@@ -81,6 +85,7 @@ impl Device {
             pds: Vec::new(),
             mrs: MrTable::default(),
             cqs: Vec::new(),
+            srqs: Vec::new(),
             qps: Default::default(),
             ready: VecDeque::new(),
             timers: TimerQueue::default(),
@@ -157,7 +162,7 @@ impl Device {
         now: Instant,
         f: impl FnOnce(&mut Qp, &mut Ctx<'_>, &mut VecDeque<u32>) -> R,
     ) -> Option<R> {
-        let Device { cfg, qps, mrs, cqs, counters, events, idents, timers, ready, last_qp, .. } = self;
+        let Device { cfg, qps, mrs, cqs, counters, events, idents, timers, ready, last_qp, srqs, .. } = self;
         let qp = qps.get_mut(&qpn)?;
         // A QP other than the last one's state, all its cache lines at once (with many QPs it
         // is rarely cached).
@@ -165,7 +170,7 @@ impl Device {
             uroce_wire::copy::prefetch_value(qp);
             *last_qp = qpn;
         }
-        let mut ctx = Ctx { now, cfg, mrs, cqs, counters, events, idents, timers };
+        let mut ctx = Ctx { now, cfg, mrs, cqs, counters, events, idents, timers, srqs };
         Some(f(qp, &mut ctx, ready))
     }
 }

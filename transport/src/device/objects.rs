@@ -49,7 +49,7 @@ impl Device {
         if !self.pd_ok(pd) {
             return Err(VerbsError::NoSuchObject("PD"));
         }
-        if self.mrs.count_in_pd(pd) > 0 || self.qps.values().any(|q| q.pd == pd) {
+        if self.mrs.count_in_pd(pd) > 0 || self.qps.values().any(|q| q.pd == pd) || self.srqs_in_pd(pd) {
             return Err(VerbsError::Busy("PD"));
         }
         self.pds[pd.0 as usize] = false;
@@ -220,6 +220,12 @@ impl Device {
         for cq in [init.send_cq, init.recv_cq] {
             if self.cq(cq).is_none() {
                 return Err(VerbsError::NoSuchObject("CQ"));
+            }
+        }
+        if let Some(s) = init.srq {
+            // An SRQ of the QP's PD (IBTA §10.2.9: C10-?; rxe `rxe_qp_chk_init`).
+            if self.srq_pd(s) != Some(pd) {
+                return Err(VerbsError::InvalidArgument("srq of another PD, or none"));
             }
         }
         let c = &init.cap;

@@ -23,6 +23,7 @@ pub(crate) mod pacing;
 pub mod requester;
 pub mod responder;
 pub(crate) mod send_state;
+pub(crate) mod srq;
 pub mod state;
 pub(crate) mod table;
 
@@ -82,6 +83,8 @@ pub(crate) struct Ctx<'a> {
     pub idents: &'a mut Idents,
     /// The device's timer queue (a QP's deadlines are its own [`TimerTable`]).
     pub timers: &'a mut TimerQueue,
+    /// The device's shared receive queues.
+    pub srqs: &'a mut [Option<srq::Srq>],
 }
 
 impl Ctx<'_> {
@@ -105,6 +108,8 @@ pub enum AsyncEvent {
     SqDrained(u32),
     /// IBV_EVENT_CQ_ERR: a CQ overflowed.
     CqError(CqHandle),
+    /// IBV_EVENT_SRQ_LIMIT_REACHED: an SRQ fell below its armed limit.
+    SrqLimitReached(SrqHandle),
 }
 
 /// A posted send work request, in a preallocated slot.
@@ -200,7 +205,7 @@ pub(crate) struct RecvQueue {
 }
 
 impl RecvQueue {
-    fn new(depth: u32, max_sge: u32) -> RecvQueue {
+    pub(crate) fn new(depth: u32, max_sge: u32) -> RecvQueue {
         let per = (max_sge as usize).clamp(1, MAX_SGE);
         let n = depth.max(1);
         RecvQueue {
@@ -213,9 +218,6 @@ impl RecvQueue {
     }
     pub fn len(&self) -> usize {
         self.wqes.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.wqes.is_empty()
     }
     /// Queue a WQE; the caller checked the depth and `sges.len() <= max_recv_sge`.
     pub fn push(&mut self, wr_id: u64, sges: &[Sge]) {
@@ -319,6 +321,8 @@ pub struct Qp {
     pub(crate) attr: QpAttr,
     pub(crate) sq: SendQueue,
     pub(crate) rq: RecvQueue,
+    /// The shared receive queue this QP receives from instead of `rq`.
+    pub(crate) srq: Option<SrqHandle>,
     /// The send side's sequence state (PSNs, cursor, retries): its one owner.
     pub(crate) send: send_state::SendState,
     pub(crate) resp: responder::Responder,
@@ -351,6 +355,7 @@ impl Qp {
             attr: QpAttr::default(),
             sq: SendQueue::new(init.cap.max_send_wr as usize, init.cap.max_inline_data as usize, init.cap.max_send_sge),
             rq: RecvQueue::new(init.cap.max_recv_wr, init.cap.max_recv_sge),
+            srq: init.srq,
             send: send_state::SendState::default(),
             resp: responder::Responder::default(),
             template: None,
@@ -511,8 +516,41 @@ impl Qp {
         self.send.on_flush(self.sq.tail);
         self.timers.stop_all();
         self.resp.msg = responder::InMsg::None;
+        // A WQE taken for a message belongs to the QP, from its RQ or its SRQ; the SRQ's
+        // others stay for its other QPs.
+        if let Some(h) = self.resp.held.take() {
+            ctx.complete(self.recv_cq, self.flushed_recv(h.wr_id));
+        }
         while let Some(w) = self.rq.pop_front() {
             ctx.complete(self.recv_cq, self.flushed_recv(w.wr_id));
+        }
+    }
+
+    /// Take the next receive WQE (from the SRQ, if the QP has one), or `None`.
+    pub(crate) fn take_recv_wqe(&mut self, ctx: &mut Ctx<'_>) -> Option<srq::HeldWqe> {
+        match self.srq {
+            None => {
+                let w = self.rq.front()?;
+                let h = srq::HeldWqe::of(&self.rq, &w);
+                self.rq.pop_front();
+                Some(h)
+            }
+            Some(s) => {
+                let q = ctx.srqs.get_mut(s.0 as usize)?.as_mut()?;
+                let (h, fired) = q.take()?;
+                if fired {
+                    ctx.events.push_back(AsyncEvent::SrqLimitReached(s));
+                }
+                Some(h)
+            }
+        }
+    }
+
+    /// The length of the receive WQE [`Qp::take_recv_wqe`] would take, if there is one.
+    pub(crate) fn next_recv_len(&self, ctx: &Ctx<'_>) -> Option<u64> {
+        match self.srq {
+            None => self.rq.front().map(|w| w.length),
+            Some(s) => ctx.srqs.get(s.0 as usize)?.as_ref()?.queue.front().map(|w| w.length),
         }
     }
 
@@ -531,6 +569,7 @@ impl Qp {
     pub(crate) fn reset(&mut self) {
         self.sq.head = self.sq.tail;
         self.rq.clear();
+        // (a WQE held for a message goes with the responder state below)
         self.send = send_state::SendState::new(self.sq.tail);
         self.timers.stop_all();
         self.pacer = pacing::Pacer::default();

@@ -22,7 +22,7 @@
 //! SEND/WRITE, a READ when accepted (C9-148), an atomic when executed.
 
 use super::requester::scatter;
-use super::{icrc_ok, BadIcrc, Ctx, Icrc, Qp, RecvWqe};
+use super::{icrc_ok, BadIcrc, Ctx, Icrc, Qp};
 use crate::verbs::*;
 use std::collections::VecDeque;
 use uroce_wire::opcode::{Operation, Position};
@@ -94,6 +94,9 @@ pub(crate) struct Responder {
     /// UC: the message in progress lost a packet or failed a check; its remaining packets
     /// are dropped until a FIRST or ONLY (rxe `resp.drop_msg`).
     pub drop_msg: bool,
+    /// The receive WQE the SEND in progress is placed into (taken from the RQ or SRQ at its
+    /// first packet; a UC message abandoned for a new one leaves it here, to be used again).
+    pub held: Option<super::srq::HeldWqe>,
 }
 
 /// A failed check: the NAK to send (and whether the QP then goes to ERR).
@@ -227,6 +230,9 @@ impl Qp {
     pub(crate) fn post_recv(&mut self, ctx: &mut Ctx<'_>, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
         if self.state == QpState::Reset {
             return Err(VerbsError::InvalidState(self.state));
+        }
+        if self.srq.is_some() {
+            return Err(VerbsError::InvalidArgument("the QP receives from an SRQ"));
         }
         if wr.sg_list.len() > (self.cap.max_recv_sge as usize).min(super::MAX_SGE) {
             return Err(VerbsError::InvalidArgument("num_sge exceeds max_recv_sge"));
@@ -377,24 +383,24 @@ impl Qp {
             return;
         }
         let payload = p.payload();
-        let Some(wqe) = self.rq.front() else {
+        let Some(capacity) = self.next_recv_len(ctx) else {
             ctx.counters.dropped_ud_no_wqe += 1;
             return;
         };
         let total = (GRH_LEN + payload.len()) as u64;
-        if total > wqe.length {
+        if total > capacity {
             // Too large for the receive buffer: dropped, the WQE kept (rxe 6.10+
             // `rxe_resp_check_length`: `payload + 40 > recv_buffer_len`).
             ctx.counters.dropped_ud_too_long += 1;
             return;
         }
-        self.rq.pop_front();
+        let Some(wqe) = self.take_recv_wqe(ctx) else { return };
         let mut grh = [0u8; GRH_LEN];
         let hdr = p.bytes().get(p.offsets.l3..p.offsets.udp).unwrap_or(&[]);
         let at = if p.ip.src_addr().is_ipv4() { GRH_LEN - 20 } else { 0 };
         let n = hdr.len().min(GRH_LEN - at);
         grh[at..at + n].copy_from_slice(&hdr[..n]);
-        let sges = self.rq.sges(&wqe);
+        let sges = wqe.sges();
         let status = match scatter(ctx.mrs, self.pd, sges, 0, &grh)
             .and_then(|()| scatter(ctx.mrs, self.pd, sges, GRH_LEN as u64, payload))
         {
@@ -476,31 +482,39 @@ impl Qp {
     }
 
     fn exec_send(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>, pos: Position) -> Result<(), RespError> {
-        // 4. check_resources: a SEND starts in a receive WQE.
         let off = match self.resp.msg {
             InMsg::Send { off } => off,
             _ => 0,
         };
-        let Some(wqe) = self.rq.front() else { return Err(RespError::Rnr) };
+        // 4. check_resources: a SEND starts in a receive WQE, taken for the message (from the
+        // QP's RQ or its SRQ) and held until the message ends.
+        if self.resp.held.is_none() {
+            match self.take_recv_wqe(ctx) {
+                Some(h) => self.resp.held = Some(h),
+                None => return Err(RespError::Rnr),
+            }
+        }
+        let Some(wqe) = &self.resp.held else { return Err(RespError::Rnr) };
+        let (wr_id, capacity) = (wqe.wr_id, wqe.length);
         let payload = p.payload();
-        if off + payload.len() as u64 > wqe.length {
+        if off + payload.len() as u64 > capacity {
             // The message does not fit the receive buffer: local length error here, invalid
             // request for the requester (IBTA §9.7.5.2.4; rxe ERR_LENGTH).
-            self.rq.pop_front();
-            self.complete_recv(ctx, &wqe, WcOpcode::Recv, WcStatus::LocLenErr, 0, 0, WcFlags::NONE, false);
+            self.resp.held = None;
+            self.complete_recv(ctx, wr_id, WcOpcode::Recv, WcStatus::LocLenErr, 0, 0, WcFlags::NONE, false);
             self.resp.msg = InMsg::None;
             return Err(RespError::InvalidRequest);
         }
-        if let Err(st) = scatter(ctx.mrs, self.pd, self.rq.sges(&wqe), off, payload) {
-            self.rq.pop_front();
-            self.complete_recv(ctx, &wqe, WcOpcode::Recv, st, 0, 0, WcFlags::NONE, false);
+        if let Err(st) = scatter(ctx.mrs, self.pd, wqe.sges(), off, payload) {
+            self.resp.held = None;
+            self.complete_recv(ctx, wr_id, WcOpcode::Recv, st, 0, 0, WcFlags::NONE, false);
             self.resp.msg = InMsg::None;
             return Err(RespError::RemoteOp);
         }
         let off = off + payload.len() as u64;
         self.resp.epsn = self.resp.epsn.add(1);
         if pos.is_end() {
-            self.rq.pop_front();
+            self.resp.held = None;
             self.resp.msg = InMsg::None;
             self.resp.msn = self.resp.msn.add(1);
             ctx.counters.rdma_recvs += 1;
@@ -512,7 +526,7 @@ impl Qp {
             };
             self.complete_recv(
                 ctx,
-                &wqe,
+                wr_id,
                 WcOpcode::Recv,
                 WcStatus::Success,
                 off as u32,
@@ -531,7 +545,7 @@ impl Qp {
     fn complete_recv(
         &mut self,
         ctx: &mut Ctx<'_>,
-        wqe: &RecvWqe,
+        wr_id: u64,
         opcode: WcOpcode,
         status: WcStatus,
         byte_len: u32,
@@ -540,7 +554,7 @@ impl Qp {
         solicited: bool,
     ) {
         let wc = WorkCompletion {
-            wr_id: wqe.wr_id,
+            wr_id,
             status,
             opcode,
             byte_len,
@@ -582,7 +596,7 @@ impl Qp {
         }
         // 4. check_resources: WRITE with immediate consumes a receive WQE at its end (rxe RWR).
         let needs_wqe = op == Operation::WriteWithImm && pos.is_end();
-        if needs_wqe && self.rq.is_empty() {
+        if needs_wqe && self.next_recv_len(ctx).is_none() {
             return Err(RespError::Rnr);
         }
         let dst = match payload.is_empty() {
@@ -614,11 +628,11 @@ impl Qp {
             self.resp.msg = InMsg::None;
             self.resp.msn = self.resp.msn.add(1);
             if needs_wqe {
-                let wqe = self.rq.pop_front().expect("checked above");
+                let wqe = self.take_recv_wqe(ctx).expect("checked above");
                 let imm = p.roce.ext.immdt.unwrap_or(0);
                 self.complete_recv(
                     ctx,
-                    &wqe,
+                    wqe.wr_id,
                     WcOpcode::RecvRdmaWithImm,
                     WcStatus::Success,
                     total,

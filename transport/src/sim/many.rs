@@ -50,7 +50,7 @@ impl ManyQps {
         let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
         let (cq_a, cq_b) = (a.create_cq(1 << 14)?, b.create_cq(1 << 14)?);
         let cap = QpCap { max_send_wr: sq, max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-        let init = |cq| QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false };
+        let init = |cq| QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: false, srq: None };
         let local = RcLocal {
             access: ALL_ACCESS,
             path_mtu: mtu,

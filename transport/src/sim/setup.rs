@@ -127,8 +127,10 @@ pub fn create(net: &mut Network, node: usize, o: &QpOptions) -> Result<QpEnd, Ve
 pub fn create_in(net: &mut Network, node: usize, pd: PdHandle, o: &QpOptions) -> Result<QpEnd, VerbsError> {
     let d = net.dev(node);
     let cq = d.create_cq(1 << 16)?;
-    let qpn =
-        d.create_qp(pd, &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap: o.cap, sq_sig_all: false })?;
+    let qpn = d.create_qp(
+        pd,
+        &QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, cap: o.cap, sq_sig_all: false, srq: None },
+    )?;
     Ok(QpEnd { node, pd, cq, qpn })
 }
 
