@@ -35,6 +35,12 @@ impl Cq {
         }
         n
     }
+    /// Remove the waiting completions of QP `qpn` (a QP modified to RESET); returns how many.
+    pub fn discard_qp(&mut self, qpn: u32) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(|w| w.qp_num != qpn);
+        before - self.entries.len()
+    }
     /// Completions waiting.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -204,6 +204,14 @@ impl MrTable {
         Some((key, addr))
     }
 
+    /// Give the region under `key` new memory (at `iova`, or the memory's own address), keeping
+    /// its key; the old memory comes back. `None`: no such key.
+    pub fn retranslate(&mut self, key: u32, memory: MrMemory, iova: Option<u64>) -> Option<MrMemory> {
+        let mr = self.by_key.get_mut(&key)?;
+        mr.addr = iova.unwrap_or(memory.bytes().as_ptr() as u64);
+        Some(core::mem::replace(&mut mr.memory, memory))
+    }
+
     /// Remove a region and hand its memory back.
     pub fn remove(&mut self, key: u32) -> Option<MrMemory> {
         self.by_key.remove(&key).map(|m| m.memory)

@@ -201,3 +201,59 @@ fn path_mtu_is_bounded_by_the_port() {
     let rtr = connect::RTR_MASK;
     assert!(matches!(d.modify_qp(q, &a, rtr), Err(VerbsError::InvalidArgument(_))));
 }
+
+/// `ibv_rereg_mr`: a region's PD, access and memory change under the same keys; what
+/// `ibv_reg_mr` refuses is refused, and then nothing changed.
+#[test]
+fn rereg_mr_keeps_the_keys_and_checks_like_reg_mr() {
+    let mut d = dev();
+    let (pd, pd2) = (d.alloc_pd(), d.alloc_pd());
+    let mr = d.reg_mr(pd, vec![7u8; 64].into_boxed_slice(), AccessFlags::LOCAL_WRITE).unwrap();
+    let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    assert!(d.rereg_mr(mr.lkey, Some(pd2), Some(rw), None).unwrap().is_none());
+    let r = d.mr(mr.lkey).unwrap();
+    assert_eq!((r.pd, r.access, r.rkey, r.addr), (pd2, rw, mr.rkey, mr.addr));
+    assert_eq!(d.dealloc_pd(pd2), Err(VerbsError::Busy("PD")), "the region moved to pd2");
+    d.dealloc_pd(pd).unwrap();
+    // new memory, same keys; the old comes back
+    let mem = MrMemory::Owned(vec![9u8; 128].into_boxed_slice());
+    let old = d.rereg_mr(mr.lkey, None, None, Some((mem, Some(0x1000)))).unwrap().unwrap();
+    assert_eq!(old.bytes(), &[7u8; 64][..]);
+    let r = d.mr(mr.lkey).unwrap();
+    assert_eq!((r.addr, r.len(), r.as_slice()[127], r.access), (0x1000, 128, 9, rw));
+    // refused: remote write without local write, a dead PD, a wrapping range, no such MR
+    let bad = AccessFlags::REMOTE_WRITE;
+    assert_eq!(d.rereg_mr(mr.lkey, None, Some(bad), None).map(|_| ()).map_err(|e| e.errno()), Err(22));
+    assert_eq!(d.rereg_mr(mr.lkey, Some(pd), None, None).map(|_| ()).map_err(|e| e.errno()), Err(2));
+    let mem = MrMemory::Owned(vec![0u8; 16].into_boxed_slice());
+    assert!(d.rereg_mr(mr.lkey, None, None, Some((mem, Some(u64::MAX - 4)))).is_err());
+    assert!(d.rereg_mr(mr.lkey ^ 1, None, None, None).is_err());
+    let r = d.mr(mr.lkey).unwrap();
+    assert_eq!((r.pd, r.access, r.addr, r.len()), (pd2, rw, 0x1000, 128), "unchanged by the refusals");
+}
+
+/// Modify to RESET removes the QP's unpolled completions from its CQs (as mlx5 does), and
+/// only its own.
+#[test]
+fn reset_discards_the_qps_unpolled_completions() {
+    let mut d = dev();
+    let pd = d.alloc_pd();
+    let cq = d.create_cq(16).unwrap();
+    let (qa, qb) = (d.create_qp(pd, &init(cq)).unwrap(), d.create_qp(pd, &init(cq)).unwrap());
+    let mr = d.reg_mr(pd, vec![0u8; 64].into_boxed_slice(), AccessFlags::LOCAL_WRITE).unwrap();
+    let sg = [Sge { addr: mr.addr, length: 64, lkey: mr.lkey }];
+    for q in [qa, qb] {
+        connect::to_init(&mut d, q, AccessFlags::NONE).unwrap();
+        d.post_recv(q, &RecvWr { wr_id: q as u64, sg_list: &sg }).unwrap();
+        d.post_recv(q, &RecvWr { wr_id: q as u64, sg_list: &sg }).unwrap();
+        d.modify_qp(q, &QpAttr { qp_state: QpState::Err, ..Default::default() }, QpAttrMask::STATE).unwrap();
+    }
+    assert_eq!(d.cq(cq).unwrap().len(), 4, "two flushed receives each");
+    d.modify_qp(qa, &QpAttr { qp_state: QpState::Reset, ..Default::default() }, QpAttrMask::STATE).unwrap();
+    let mut out = [WorkCompletion::default(); 8];
+    let n = d.poll_cq(cq, &mut out).unwrap();
+    assert_eq!(
+        out[..n].iter().map(|w| (w.qp_num, w.status)).collect::<Vec<_>>(),
+        [(qb, WcStatus::WrFlushErr), (qb, WcStatus::WrFlushErr)]
+    );
+}

@@ -260,6 +260,71 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     reg(pd, addr, len, (iova != addr as u64).then_some(iova), access as c_int)
 }
 
+/// `ibv_rereg_mr(3)`: a new PD (`IBV_REREG_MR_CHANGE_PD`), access rights
+/// (`IBV_REREG_MR_CHANGE_ACCESS`) and/or memory (`IBV_REREG_MR_CHANGE_TRANSLATION`: the
+/// program's `addr`, `length`, used in place) for `mr`, which keeps its keys. 0, or
+/// `IBV_REREG_MR_ERR_INPUT` (-1; bad flags, handles or range) / `IBV_REREG_MR_ERR_CMD` (-4; the
+/// engine refused, e.g. remote write without local write) with `errno` set, as rdma-core
+/// returns them; on an error nothing changed.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut IbvMr,
+    flags: c_int,
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    const CHANGE_TRANSLATION: c_int = 1;
+    const CHANGE_PD: c_int = 2;
+    const CHANGE_ACCESS: c_int = 4;
+    const ERR_INPUT: c_int = -1;
+    const ERR_CMD: c_int = -4;
+    let input = |e| {
+        set_errno(e);
+        ERR_INPUT
+    };
+    let Some(m) = MRS.get(mr.cast()) else { return input(libc::EINVAL) };
+    let Ok((_, rt)) = rt_of(m.ibv.context) else { return input(libc::EINVAL) };
+    if flags & !(CHANGE_TRANSLATION | CHANGE_PD | CHANGE_ACCESS) != 0 {
+        return input(libc::EINVAL);
+    }
+    let new_pd = match flags & CHANGE_PD != 0 {
+        false => None,
+        true => match PDS.get(pd.cast()) {
+            Some(p) if p.ibv.context == m.ibv.context => Some(p.engine),
+            _ => return input(libc::EINVAL),
+        },
+    };
+    let memory = match flags & CHANGE_TRANSLATION != 0 {
+        false => None,
+        // SAFETY: the verbs contract: the program's buffer stays valid while it is registered.
+        true => match (length > 0).then(|| unsafe { uroce_mem::RawMemory::new(addr.cast(), length) }).flatten() {
+            Some(mem) => Some((uroce_transport::MrMemory::App(Box::new(mem)), None)),
+            None => return input(libc::EINVAL),
+        },
+    };
+    let new_access = (flags & CHANGE_ACCESS != 0).then_some(AccessFlags(access as u32));
+    match rt.with(|d| d.rereg_mr(m.ibv.lkey, new_pd, new_access, memory)) {
+        Ok(_old) => {
+            // SAFETY: `mr` is registered (looked up above): the program's struct ibv_mr.
+            unsafe {
+                if flags & CHANGE_PD != 0 {
+                    (*mr).pd = pd;
+                }
+                if flags & CHANGE_TRANSLATION != 0 {
+                    ((*mr).addr, (*mr).length) = (addr, length);
+                }
+            }
+            0
+        }
+        Err(e) => {
+            set_errno(e.errno());
+            ERR_CMD
+        }
+    }
+}
+
 /// `ibv_dereg_mr(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int {
@@ -584,7 +649,19 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut IbvQp, attr: *mut QpAttrC, mask:
         return libc::EINVAL;
     }
     let qpn = q.ibv.qp_num;
-    match rt.with(|d| d.modify_qp(qpn, &ea, mask).and_then(|()| d.query_qp(qpn))) {
+    let r = rt.with(|d| {
+        d.modify_qp(qpn, &ea, mask)?;
+        if to == QpState::Reset && mask.contains(QpAttrMask::STATE) {
+            // The engine dropped the QP's unpolled completions; those already moved too.
+            for cq in [q.ibv.send_cq, q.ibv.recv_cq] {
+                if let Some(c) = CQS.get(cq.cast()) {
+                    c.watch.discard_qp(qpn);
+                }
+            }
+        }
+        d.query_qp(qpn)
+    });
+    match r {
         Ok(now) => {
             // SAFETY: `qp` is registered (looked up above); only its state word changes.
             unsafe { (*qp).state = now.qp_state as c_int };

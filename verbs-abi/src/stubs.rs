@@ -57,7 +57,6 @@ macro_rules! returns_nothing {
 returns_null!(ibv_reg_dmabuf_mr, ibv_qp_to_qp_ex, ibv_import_device, ibv_import_pd, ibv_import_mr, ibv_import_dm,);
 returns_errno!(
     ibv_resize_cq,
-    ibv_rereg_mr,
     ibv_attach_mcast,
     ibv_detach_mcast,
     ibv_resolve_eth_l2_from_gid,

@@ -52,6 +52,25 @@ impl WatchedCq {
         self.queue.len()
     }
 
+    /// Remove the moved completions of QP `qpn`, keeping the others in order (a QP modified to
+    /// RESET: the engine removes its completions from the engine CQ, this from what was already
+    /// moved). Call it with the engine locked, so that nothing is moved meanwhile.
+    pub fn discard_qp(&self, qpn: u32) -> usize {
+        let mut keep = Vec::with_capacity(self.queue.len());
+        let mut gone = 0;
+        while let Some(wc) = self.queue.pop() {
+            if wc.qp_num == qpn {
+                gone += 1;
+            } else {
+                keep.push(wc);
+            }
+        }
+        for wc in keep {
+            let _ = self.queue.push(wc);
+        }
+        gone
+    }
+
     pub(super) fn pop_into(&self, out: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         while n < out.len() {

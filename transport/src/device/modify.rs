@@ -67,7 +67,16 @@ impl Device {
         let to = crate::qp::state::check_transition_of(ty, cur, attr, mask)?;
         self.validate_attr(attr, mask)?;
         if to == QpState::Reset {
-            self.qps.get_mut(&qpn).expect("checked").reset();
+            let qp = self.qps.get_mut(&qpn).expect("checked");
+            qp.reset();
+            // Its completions not yet polled go too, as mlx5 cleans the CQs of a QP moved to
+            // RESET (`mlx5_modify_qp` → `mlx5_cq_clean`): a QP brought back up does not hand
+            // the program the flush errors of its previous life.
+            for cq in [qp.send_cq, qp.recv_cq] {
+                if let Some(Some(c)) = self.cqs.get_mut(cq.0 as usize) {
+                    c.discard_qp(qpn);
+                }
+            }
             return Ok(());
         }
         if to == QpState::Err {

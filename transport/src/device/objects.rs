@@ -156,6 +156,39 @@ impl Device {
         Ok(MrInfo { lkey: key, rkey: key, addr, length })
     }
 
+    /// `ibv_rereg_mr`: change a region's PD, access rights and/or memory (`memory`: the new
+    /// bytes and their `iova`, `None` for the memory's own address), keeping its keys, as
+    /// rxe keeps them. The rules of `ibv_reg_mr` apply to the result (a live PD; remote write
+    /// and atomic need local write; `iova + length` does not wrap). The old memory comes back
+    /// when it was replaced. Nothing changes when a check fails.
+    pub fn rereg_mr(
+        &mut self,
+        lkey: u32,
+        pd: Option<PdHandle>,
+        access: Option<AccessFlags>,
+        memory: Option<(MrMemory, Option<u64>)>,
+    ) -> Result<Option<MrMemory>, VerbsError> {
+        let mr = self.mrs.get(lkey).ok_or(VerbsError::NoSuchObject("MR"))?;
+        let (new_pd, new_access) = (pd.unwrap_or(mr.pd), access.unwrap_or(mr.access));
+        if !self.pd_ok(new_pd) {
+            return Err(VerbsError::NoSuchObject("PD"));
+        }
+        if new_access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !new_access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(VerbsError::InvalidArgument("REMOTE_WRITE/REMOTE_ATOMIC need LOCAL_WRITE"));
+        }
+        if let Some((m, Some(va))) = &memory {
+            if va.checked_add(m.len() as u64).is_none() {
+                return Err(VerbsError::InvalidArgument("iova + length overflows"));
+            }
+        }
+        let old = memory.and_then(|(m, iova)| self.mrs.retranslate(lkey, m, iova));
+        let mr = self.mrs.get_mut(lkey).expect("looked up above");
+        (mr.pd, mr.access) = (new_pd, new_access);
+        Ok(old)
+    }
+
     /// `ibv_dereg_mr`: the memory comes back (owned bytes, or the application's handle; both
     /// dereference to the bytes). After this the engine never touches it again.
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<MrMemory, VerbsError> {
