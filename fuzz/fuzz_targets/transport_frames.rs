@@ -1,5 +1,6 @@
-//! Arbitrary frame sequences into a device whose RC QP is connected and has registered memory
-//! regions surrounded by guard regions at adjacent addresses. Whatever arrives:
+//! Arbitrary frame sequences into a device whose RC QP (0x11) and UC QP (0x12) are connected
+//! to one peer, with a UD QP (0x13) on a shared receive queue beside them, and registered
+//! memory regions surrounded by guard regions at adjacent addresses. Whatever arrives:
 //! * nothing panics;
 //! * no byte outside a region that allows the access changes: the guard regions (no remote
 //!   access), a region in another protection domain, and a read-only region stay intact;
@@ -20,9 +21,15 @@ const GUARD: u8 = 0xa5;
 const BASE: u64 = 0x10_0000;
 const PAGE: usize = 4096;
 
+const QKEY: u32 = 0x1111_1111;
+
 struct Rig {
     dev: Device,
     qpn: u32,
+    uc: u32,
+    ud: u32,
+    srq: SrqHandle,
+    ah: AddressHandle,
     cq: CqHandle,
     keys: [u32; 6],
     posted: HashSet<u64>,
@@ -66,7 +73,17 @@ fn rig() -> Rig {
     };
     let remote = connect::RcRemote { qpn: 0x22, psn: 100, gid: Gid::from(ipv4(1)), mac: mac(1) };
     connect::connect_rc(&mut dev, qpn, &local, &remote).unwrap();
-    Rig { dev, qpn, cq, keys: [k0, k1, k2, k3, k4, k5], posted: HashSet::new(), completed: HashSet::new(), next_wr: 0 }
+    let uc_init = QpInitAttr { qp_type: QpType::Uc, send_cq: cq, recv_cq: cq, cap, sq_sig_all: true, srq: None };
+    let uc = dev.create_qp_with_qpn(pd, &uc_init, 0x12).unwrap();
+    connect::connect_uc(&mut dev, uc, &local, &remote).unwrap();
+    let srq = dev.create_srq(pd, &SrqAttr { max_wr: 64, max_sge: 2, srq_limit: 4 }).unwrap();
+    let ud_init = QpInitAttr { qp_type: QpType::Ud, srq: Some(srq), ..uc_init };
+    let ud = dev.create_qp_with_qpn(pd, &ud_init, 0x13).unwrap();
+    connect::ud_ready(&mut dev, ud, QKEY, 0).unwrap();
+    let av = AddressVector { dgid: Gid::from(ipv4(1)), sgid_index: 1, dmac: mac(1), ..Default::default() };
+    let ah = dev.create_ah(pd, &av).unwrap();
+    let keys = [k0, k1, k2, k3, k4, k5];
+    Rig { dev, qpn, uc, ud, srq, ah, cq, keys, posted: HashSet::new(), completed: HashSet::new(), next_wr: 0 }
 }
 
 fn u32_at(d: &[u8], i: usize) -> u32 {
@@ -75,7 +92,15 @@ fn u32_at(d: &[u8], i: usize) -> u32 {
 
 /// A frame from the peer with fuzzer-chosen transport fields (valid ICRC).
 fn crafted(r: &Rig, d: &[u8]) -> Option<Vec<u8>> {
-    let opcode = Opcode(*d.first()? & 0x1f);
+    // Bits 5-6: the transport (RC, UC, UD, UD); bit 7: to another QP than its transport's.
+    let b0 = *d.first()?;
+    let (prefix, qp) = match (b0 >> 5) & 3 {
+        0 => (0x00, 0x11),
+        1 => (0x20, 0x12),
+        _ => (0x60, 0x13),
+    };
+    let qp = if b0 & 0x80 != 0 { 0x11 + (qp - 0x10) % 3 } else { qp };
+    let opcode = Opcode(prefix | (b0 & 0x1f));
     let info = opcode.info()?;
     let psn_off = (d.get(1).copied().unwrap_or(0) as i8) as i32;
     let key = r.keys[(d.get(2).copied().unwrap_or(0) % 6) as usize];
@@ -85,8 +110,9 @@ fn crafted(r: &Rig, d: &[u8]) -> Option<Vec<u8>> {
     let h = info.headers;
     use uroce_wire::opcode::HeaderKind as K;
     let syndrome = Syndrome::from_byte(d.get(12).copied().unwrap_or(0));
+    let qkey = if d.get(14).is_some_and(|b| b & 1 == 1) { u32_at(d, 15) } else { QKEY };
     let ext = ExtHeaders {
-        deth: None,
+        deth: h.contains(K::Deth).then_some(DethRepr { qkey, src_qp: Qpn::new(0x22) }),
         feth: h.contains(K::Feth).then_some(FethRepr::default()),
         reth: h.contains(K::Reth).then_some(RethRepr { va, rkey: key, dma_len: len }),
         atomic_eth: h.contains(K::AtomicEth).then_some(AtomicEthRepr { va, rkey: key, swap_add: 1, compare: 0 }),
@@ -109,7 +135,7 @@ fn crafted(r: &Rig, d: &[u8]) -> Option<Vec<u8>> {
                 pkey: 0xffff,
                 fecn: false,
                 becn: false,
-                dest_qp: Qpn::new(0x11),
+                dest_qp: Qpn::new(qp),
                 ack_req: d.get(13).is_some_and(|b| b & 1 == 1),
                 psn: Psn::new((psn_base + psn_off) as u32),
             },
@@ -180,8 +206,10 @@ fuzz_target!(|data: &[u8]| {
                 };
                 let len = if op.is_atomic() { 8 } else { u32_at(rest, 1) % 700 };
                 let s = [Sge { addr: BASE + 5 * PAGE as u64, length: len, lkey: r.keys[5] }];
-                let wr = SendWr { wr_id: id, opcode: op, sg_list: &s, send_flags: SendFlags::SIGNALED, remote_addr: 0x8000, rkey: 1, ..Default::default() };
-                if r.dev.post_send(r.qpn, &wr).is_ok() {
+                let ud = Some(UdDest { ah: r.ah, remote_qpn: 0x22, remote_qkey: QKEY });
+                let wr = SendWr { wr_id: id, opcode: op, sg_list: &s, send_flags: SendFlags::SIGNALED, remote_addr: 0x8000, rkey: 1, ud, ..Default::default() };
+                let qp = [r.qpn, r.qpn, r.uc, r.ud][(rest.get(5).copied().unwrap_or(0) % 4) as usize];
+                if r.dev.post_send(qp, &wr).is_ok() {
                     r.posted.insert(id);
                 }
             }
@@ -189,7 +217,12 @@ fuzz_target!(|data: &[u8]| {
                 let s = [Sge { addr: BASE + PAGE as u64, length: (u32_at(rest, 0) % 5000), lkey: r.keys[1] }];
                 let id = r.next_wr;
                 r.next_wr += 1;
-                let _ = r.dev.post_recv(r.qpn, &RecvWr { wr_id: id, sg_list: &s });
+                let wr = RecvWr { wr_id: id, sg_list: &s };
+                let _ = match rest.get(4).copied().unwrap_or(0) % 3 {
+                    0 => r.dev.post_recv(r.qpn, &wr),
+                    1 => r.dev.post_recv(r.uc, &wr),
+                    _ => r.dev.post_srq_recv(r.srq, &wr),
+                };
             }
         }
         while r.dev.poll_transmit(uroce_transport::Instant::from_nanos(now), &mut buf).is_some() {}
