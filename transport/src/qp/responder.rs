@@ -336,7 +336,8 @@ impl Qp {
     /// failure drops the rest of its message instead of failing the QP. A packet that is not
     /// the expected one (a PSN gap: a packet was lost) drops its message; any FIRST or ONLY
     /// packet starts a new message at its own PSN, abandoning an unfinished one (whose
-    /// receive WQE is used again from its start). A SEND too long for the receive WQE
+    /// receive WQE is used again from its start); one behind it is a duplicate, dropped. A
+    /// SEND too long for the receive WQE
     /// completes it with LOC_LEN_ERR (class D; rxe `RESPST_ERR_LENGTH`).
     fn handle_uc_request(&mut self, ctx: &mut Ctx<'_>, p: &ParsedFrame<'_>) {
         if !receives(self.state) {
@@ -345,6 +346,13 @@ impl Qp {
         }
         let Some(info) = p.roce.bth.opcode.info() else { return };
         let psn = p.roce.bth.psn;
+        if psn.diff(self.resp.epsn) < 0 {
+            // Behind the expected PSN: a duplicate (a UC requester never goes back). Dropped,
+            // or a duplicated SEND ONLY would complete a second receive (rxe's `check_psn`
+            // takes any FIRST or ONLY whatever its PSN, and would).
+            ctx.counters.duplicate_request += 1;
+            return;
+        }
         if self.resp.drop_msg || psn != self.resp.epsn {
             if !info.position.is_start() {
                 if psn != self.resp.epsn {
