@@ -448,3 +448,32 @@ fn uc_under_loss_delivers_whole_messages_or_nothing() {
         c.duplicate_request
     );
 }
+
+/// A UC QP in the middle of an RDMA WRITE does not take an RC WRITE MIDDLE from its peer at
+/// the expected PSN: the receive fast path holds to the general path's transport rule.
+#[test]
+fn an_rc_opcode_is_not_placed_into_a_uc_write_by_the_fast_path() {
+    use uroce_wire::{FrameRepr, UdpChecksum};
+    let mut t = Two::new();
+    assert!(t.devs[1].config().rx_fast_path);
+    let (qa, _qb) = uc_pair(&mut t);
+    let src = t.reg(0, 4096, |i| pattern(9, i));
+    let dst = t.reg(1, 4096, |_| 0);
+    let s = [sge(&src, 0, 3000)];
+    let mut wr = send_wr(1, WrOpcode::RdmaWrite, &s);
+    (wr.remote_addr, wr.rkey) = (dst.addr, dst.rkey);
+    t.devs[0].post_send(qa, &wr).unwrap();
+    let sent = t.run(|_, _, _| false);
+    t.devs[1].handle_frame(t.now, &sent[0][0]).unwrap(); // UC WRITE FIRST
+    let p = parse_frame(&sent[0][1]).unwrap(); // UC WRITE MIDDLE, the expected PSN
+    let mut roce = p.roce;
+    roce.bth.opcode = Opcode::RC_RDMA_WRITE_MIDDLE;
+    let f = FrameRepr { eth: p.eth.unwrap(), ip: p.ip, udp: p.udp, roce };
+    let mut buf = vec![0u8; 2048];
+    let n = f.emit(&mut buf, UdpChecksum::Zero, |b| b.fill(0x77)).unwrap();
+    let before = t.devs[1].counters().dropped_bad_opcode;
+    assert!(t.devs[1].handle_frame(t.now, &buf[..n]).is_err());
+    assert_eq!(t.devs[1].counters().dropped_bad_opcode, before + 1);
+    assert_eq!(t.devs[1].counters().rx_fast_path_pkts, 0);
+    assert!(t.bytes(1, &dst)[1024..2048].iter().all(|&b| b == 0), "the RC frame was placed");
+}

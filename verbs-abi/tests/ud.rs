@@ -31,11 +31,17 @@ unsafe fn ud_ready(qp: *mut IbvQp, psn: u32) {
     assert_eq!(ibv_modify_qp(qp, &mut a, STATE | SQ_PSN), 0, "RTS");
 }
 
-#[test]
-fn a_datagram_and_its_answer_through_an_ah_made_from_the_completion() {
+/// The device is `lo`, its engine on kernel UDP at a port of this process's own (one setting
+/// for the whole process: both tests set the same).
+fn use_lo() {
     std::env::set_var("UROCE_IFACES", "lo");
     std::env::set_var("UROCE_BACKEND", "udp");
     std::env::set_var("UROCE_UDP_PORT", (40000 + std::process::id() % 10000).to_string());
+}
+
+#[test]
+fn a_datagram_and_its_answer_through_an_ah_made_from_the_completion() {
+    use_lo();
     // SAFETY: a verbs program's calls, on objects this test created and keeps alive.
     unsafe {
         let list = ibv_get_device_list(null_mut());
@@ -148,9 +154,7 @@ fn a_datagram_and_its_answer_through_an_ah_made_from_the_completion() {
 /// on the SRQ; the limit reads 0 (disarmed) afterwards.
 #[test]
 fn an_srq_below_its_limit_raises_the_event_on_async_fd() {
-    std::env::set_var("UROCE_IFACES", "lo");
-    std::env::set_var("UROCE_BACKEND", "udp");
-    std::env::set_var("UROCE_UDP_PORT", (40000 + std::process::id() % 10000).to_string());
+    use_lo();
     use uroce_verbs::events::*;
     use uroce_verbs::srq::*;
     // SAFETY: a verbs program's calls, on objects this test created and keeps alive.

@@ -84,6 +84,9 @@ impl Device {
         }
         let Device { cfg, qps, mrs, counters, ready, .. } = self;
         let Some(qp) = qps.get_mut(&b.bth.dest_qp.value()) else { return false };
+        if !transport_fits(qp.qp_type, Transport::Rc) {
+            return false;
+        }
         // The QP's path; its local address is one of the GID table's, so `deliver`'s
         // destination check holds too.
         if !qp.template.as_ref().is_some_and(|t| t.is_path(IpAddr::V4(b.src), IpAddr::V4(b.dst))) {
@@ -125,16 +128,8 @@ impl Device {
         }
         let qpn = bth.dest_qp.value();
         let r = self.with_qp(qpn, now, |qp, ctx| {
-            // Each QP takes its own transport's opcodes (rxe `check_type_state`), a CNP only a
-            // connected one.
             let ty = qp.qp_type;
-            let fits = match info.transport {
-                Transport::Rc => ty == QpType::Rc,
-                Transport::Uc => ty == QpType::Uc,
-                Transport::Ud => ty == QpType::Ud,
-                _ => ty.is_connected(),
-            };
-            if !fits {
+            if !transport_fits(ty, info.transport) {
                 return Err(RxDrop::BadOpcode);
             }
             // A connected QP hears only its peer, along its path (rxe `check_addr`); a UD QP
@@ -185,6 +180,18 @@ impl Device {
                 r
             }
         }
+    }
+}
+
+/// The transport rule, for both receive paths: each QP takes its own transport's opcodes
+/// (rxe `check_type_state`), a CNP only a connected one.
+#[inline]
+fn transport_fits(ty: QpType, t: Transport) -> bool {
+    match t {
+        Transport::Rc => ty == QpType::Rc,
+        Transport::Uc => ty == QpType::Uc,
+        Transport::Ud => ty == QpType::Ud,
+        Transport::Cnp => ty.is_connected(),
     }
 }
 

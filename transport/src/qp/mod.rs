@@ -145,8 +145,6 @@ pub(crate) struct SendWqe {
     /// A local error found before the first packet (bad SGE): the WQE completes with it, in
     /// order, and the QP goes to the error state.
     pub local_err: Option<WcStatus>,
-    /// UD: where the datagram goes.
-    pub ud: Option<UdDest>,
 }
 
 impl SendWqe {
@@ -172,7 +170,6 @@ impl SendWqe {
             read_rcvd: 0,
             read_req_off: 0,
             local_err: None,
-            ud: None,
         }
     }
     /// Packets (SEND/WRITE) or PSNs (READ: response packets) this WQE uses at `mtu`.
@@ -253,6 +250,9 @@ pub(crate) struct SendQueue {
     slots: Vec<SendWqe>,
     /// Every slot's gather list: `per` entries per slot (`max_send_sge`).
     sges: Vec<Sge>,
+    /// A UD QP's: every slot's destination (kept out of the slot as the gather lists are;
+    /// empty for other QPs).
+    uds: Vec<Option<UdDest>>,
     per: usize,
     mask: u64,
     depth: usize,
@@ -261,12 +261,13 @@ pub(crate) struct SendQueue {
 }
 
 impl SendQueue {
-    fn new(depth: usize, max_inline: usize, max_sge: u32) -> SendQueue {
+    fn new(depth: usize, max_inline: usize, max_sge: u32, ud: bool) -> SendQueue {
         let n = depth.max(1).next_power_of_two();
         let per = (max_sge as usize).clamp(1, MAX_SGE);
         SendQueue {
             slots: (0..n).map(|_| SendWqe::empty(max_inline)).collect(),
             sges: vec![Sge::default(); n * per],
+            uds: if ud { vec![None; n] } else { Vec::new() },
             per,
             mask: n as u64 - 1,
             depth,
@@ -286,6 +287,17 @@ impl SendQueue {
         let at = (i & self.mask) as usize * self.per;
         self.sges[at..at + n].copy_from_slice(&list[..n]);
         self.get_mut(i).num_sge = n;
+    }
+    /// The destination of UD WQE `i` (`None` on other QPs).
+    #[inline]
+    pub fn ud(&self, i: u64) -> Option<UdDest> {
+        self.uds.get((i & self.mask) as usize).copied().flatten()
+    }
+    /// Set the destination of WQE `i` (a UD QP's).
+    fn set_ud(&mut self, i: u64, ud: Option<UdDest>) {
+        if let Some(u) = self.uds.get_mut((i & self.mask) as usize) {
+            *u = ud;
+        }
     }
     pub fn len(&self) -> usize {
         (self.tail - self.head) as usize
@@ -353,7 +365,12 @@ impl Qp {
             sq_sig_all: init.sq_sig_all,
             state: QpState::Reset,
             attr: QpAttr::default(),
-            sq: SendQueue::new(init.cap.max_send_wr as usize, init.cap.max_inline_data as usize, init.cap.max_send_sge),
+            sq: SendQueue::new(
+                init.cap.max_send_wr as usize,
+                init.cap.max_inline_data as usize,
+                init.cap.max_send_sge,
+                init.qp_type == QpType::Ud,
+            ),
             rq: RecvQueue::new(init.cap.max_recv_wr, init.cap.max_recv_sge),
             srq: init.srq,
             send: send_state::SendState::default(),

@@ -224,7 +224,7 @@ impl Qp {
         w.read_rcvd = 0;
         w.read_req_off = 0;
         w.local_err = inline_err.then_some(WcStatus::LocProtErr);
-        w.ud = if self.qp_type == QpType::Ud { wr.ud } else { None };
+        self.sq.set_ud(idx, wr.ud);
         self.sq.tail += 1;
         if self.state == QpState::Err {
             // Posting to a QP in the error state completes the WR at once with a flush error.
@@ -467,8 +467,8 @@ impl Qp {
     /// Build the datagram of UD WQE `cur` at `psn` (one packet, SEND ONLY with or without
     /// immediate, a DETH: the Q_Key and this QP's number) to its address handle, and advance.
     fn build_datagram(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8], cur: u64, psn: Psn) -> Option<usize> {
+        let ud = self.sq.ud(cur)?;
         let w = self.sq.get(cur);
-        let ud = w.ud?;
         // C10-15: a Q_Key with its high-order bit set means the QP's own (as ConnectX does;
         // rxe sends the WR's Q_Key as it is: programs give the real one).
         let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { self.attr.qkey } else { ud.remote_qkey };
