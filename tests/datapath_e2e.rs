@@ -59,7 +59,7 @@ fn open(end: &End, peer: &End, be: Be, inject: Option<FaultConfig>, name: &'stat
     let h = netns::spawn_in(&end.ns, move || -> anyhow::Result<(Port, EthernetAddress)> {
         let backend = match be {
             Be::Xdp => BackendKind::Xdp(Default::default()),
-            Be::Udp => BackendKind::Udp { port: 4791, gso: true, gro: true },
+            Be::Udp => BackendKind::Udp { port: 4791, gso: true, gro: true, shared: false },
         };
         let port = Port::open(PortConfig {
             ifname: Some(ifname.clone()),

@@ -27,28 +27,35 @@ fn setup(test: &str, tools: &[&str]) -> Option<PathBuf> {
     common::verbs_setup(test, ix::verbs_dir(), tools)
 }
 
+/// Start `argv` in namespace `ns` over the library in `dir` on `ifname` (`env`: more
+/// `NAME=VALUE`s; `peer`: the server's address, for a client).
+fn spawn(ns: &str, ifname: &str, dir: &Path, env: &[&str], argv: &[&str], peer: Option<String>) -> common::Watched {
+    let mut c = uroce_netns::command_in(ns, "env");
+    c.arg(format!("LD_LIBRARY_PATH={}", dir.display())).args(env).arg(argv[0]);
+    c.args(["-d", &format!("uroce_{ifname}")]).args(&argv[1..]).args(peer);
+    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    common::watch(c.spawn().expect("spawn"))
+}
+
+/// Wait until something in `ns` listens on TCP `port` (perftest's client does not retry).
+fn wait_listening(ns: &str, port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listening = format!(":{port} ");
+    while !uroce_netns::exec(ns, &["ss", "-ltnH"])
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&listening))
+    {
+        assert!(Instant::now() < deadline, "{what} server not listening on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Start `argv` as server (in B) and client (in A, with B's address appended), each over the
 /// library in `dir` on its namespace's veth; the client starts once the server listens on
 /// TCP `port` (the programs' out-of-band exchange). Returns (client, server).
 fn start_pair(net: &NetPair, dir: &Path, argv: &[&str], port: u16) -> (common::Watched, common::Watched) {
-    let spawn = |ns: &str, ifname: &str, peer: Option<String>| {
-        let mut c = uroce_netns::command_in(ns, "env");
-        c.arg(format!("LD_LIBRARY_PATH={}", dir.display())).arg(argv[0]);
-        c.args(["-d", &format!("uroce_{ifname}")]).args(&argv[1..]).args(peer);
-        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-        common::watch(c.spawn().expect("spawn"))
-    };
-    let server = spawn(&net.b.ns, &net.b.ifname, None);
-    // The server listens before the client connects (perftest's client does not retry).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let listening = format!(":{port} ");
-    while !uroce_netns::exec(&net.b.ns, &["ss", "-ltnH"])
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&listening))
-    {
-        assert!(Instant::now() < deadline, "{} server not listening on {port}", argv[0]);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (spawn(&net.a.ns, &net.a.ifname, Some(net.b.ip4.to_string())), server)
+    let server = spawn(&net.b.ns, &net.b.ifname, dir, &[], argv, None);
+    wait_listening(&net.b.ns, port, argv[0]);
+    (spawn(&net.a.ns, &net.a.ifname, dir, &[], argv, Some(net.b.ip4.to_string())), server)
 }
 
 /// [`start_pair`], then both must exit 0. Returns (client, server) output.
@@ -264,4 +271,103 @@ fn a_killed_program_leaves_no_xdp_program_behind() {
     // and the interface is free for the next program: a pair runs on it at once
     let (c, _) = pair(&net, &dir, &["ibv_rc_pingpong", "-g", "1", "-n", "10", "-c"], 18515);
     assert!(String::from_utf8_lossy(&c.stdout).contains("10 iters in"));
+}
+
+/// The pids of the `uroce-broker` processes in network namespace `ns`.
+fn brokers_in(ns: &str) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let target = std::fs::metadata(format!("/run/netns/{ns}")).expect("netns").ino();
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let net = std::fs::metadata(format!("/proc/{pid}/ns/net")).map(|m| m.ino());
+        if comm.trim_end() == "uroce-broker" && net.is_ok_and(|i| i == target) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Wait (up to 10 s) for process `pid` to exit: a pidfd turns readable when it does.
+fn exits(pid: u32) -> bool {
+    // SAFETY: pidfd_open(2) and poll(2) on our own descriptor.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as libc::c_int;
+        if fd < 0 {
+            return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        }
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let n = libc::poll(&mut p, 1, 10_000);
+        libc::close(fd);
+        n == 1
+    }
+}
+
+/// The QPN perftest prints for its own side ("local address: LID 0000 QPN 0x01a2b3 ...").
+fn local_qpn(out: &str) -> u32 {
+    let l = out.lines().find(|l| l.contains("local address")).unwrap_or_else(|| panic!("no local address:\n{out}"));
+    let hex = l.split("QPN").nth(1).and_then(|r| r.split_whitespace().next()).expect("QPN field");
+    u32::from_str_radix(hex.trim_start_matches("0x"), 16).expect("hex QPN")
+}
+
+/// Two processes on one interface (two MPI ranks on one host), on the kernel-UDP backend: two
+/// `ib_write_bw` clients in A, both on UDP port 4791 of A's one address, run at the same time
+/// to two servers in B that share B's port the same way. Each process owns a block of QP
+/// numbers, and the `SO_REUSEPORT` program gives every datagram to the process owning its
+/// destination QP: both timed runs (3 s each, started together) do work. One broker per
+/// namespace holds the steering while they run and leaves with the last of them.
+#[test]
+fn two_processes_on_one_interface_run_perftest_to_two_peers_at_once() {
+    let Some(dir) = setup("verbs_programs::two_processes", &["ib_write_bw", "ss"]) else { return };
+    let net = NetPair::create(&PairConfig { subnet: 138, ..PairConfig::new("vs", 1500) }).expect("veth pair");
+    let env = ["UROCE_BACKEND=udp"];
+    let run = |port: &'static str| vec!["ib_write_bw", "-p", port, "-D", "3", "-s", "4096", "-x", "1", "-F"];
+    let (r1, r2) = (run("18515"), run("18516"));
+    let s1 = spawn(&net.b.ns, &net.b.ifname, &dir, &env, &r1, None);
+    let s2 = spawn(&net.b.ns, &net.b.ifname, &dir, &env, &r2, None);
+    wait_listening(&net.b.ns, 18515, "first");
+    wait_listening(&net.b.ns, 18516, "second");
+    let peer = || Some(net.b.ip4.to_string());
+    let mut c1 = spawn(&net.a.ns, &net.a.ifname, &dir, &env, &r1, peer());
+    let mut c2 = spawn(&net.a.ns, &net.a.ifname, &dir, &env, &r2, peer());
+    // The engines (and with them the brokers) start when the programs create their QPs.
+    let mut seen = (Vec::new(), Vec::new());
+    while (seen.0.is_empty() || seen.1.is_empty()) && (c1.running() || c2.running()) {
+        seen = (brokers_in(&net.a.ns), brokers_in(&net.b.ns));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!((seen.0.len(), seen.1.len()), (1, 1), "one broker per side while the programs run: {seen:?}");
+    let outs: Vec<_> = [(c1, "client 1"), (c2, "client 2"), (s1, "server 1"), (s2, "server 2")]
+        .into_iter()
+        .map(|(w, who)| (w.finish(who, Duration::from_secs(120)), who))
+        .collect();
+    for (o, who) in &outs {
+        assert!(
+            o.status.success(),
+            "{who} exited {:?}\n{}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let mut blocks = Vec::new();
+    for (i, (o, who)) in outs.iter().enumerate() {
+        let out = String::from_utf8_lossy(&o.stdout);
+        blocks.push(local_qpn(&out) >> 16);
+        if i < 2 {
+            let table = rows(&out);
+            assert_eq!(table.len(), 1, "{out}");
+            assert_eq!(table[0][0], 4096.0, "size:\n{out}");
+            assert!(table[0][1] > 1000.0, "iterations:\n{out}");
+            assert!(table[0][3] > 0.0, "bandwidth:\n{out}");
+            eprintln!("[verbs] two processes on one interface: {who}: {:?}", table[0]);
+        }
+    }
+    // The two processes of each side own different blocks (neither 0: both share).
+    assert!(blocks.iter().all(|&b| b != 0) && blocks[0] != blocks[1] && blocks[2] != blocks[3], "{blocks:?}");
+    for pid in seen.0.into_iter().chain(seen.1) {
+        assert!(exits(pid), "broker {pid} leaves with its last process");
+    }
+    assert!(brokers_in(&net.a.ns).is_empty() && brokers_in(&net.b.ns).is_empty());
 }

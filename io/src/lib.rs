@@ -21,6 +21,7 @@ pub mod inject;
 pub mod netif;
 pub mod random;
 pub mod runtime;
+pub mod share;
 pub mod udp;
 pub mod xdp;
 pub mod xsk;
@@ -96,6 +97,12 @@ pub trait Backend: Send {
     /// (a kernel UDP socket sends from its bound port; the ICRC covers the port, so the engine
     /// must build frames with exactly this one).
     fn fixed_udp_src_port(&self) -> Option<u16> {
+        None
+    }
+
+    /// The block of QP numbers this process owns when it shares the interface with other
+    /// uroce processes ([`crate::share`]); the engine then hands out only QPNs of that block.
+    fn qpn_block(&self) -> Option<u8> {
         None
     }
 }

@@ -167,11 +167,11 @@ fn over_loopback(a: &DemoArgs) -> Result<ExitCode> {
     let (ip_s, ip_c) = (Ipv4Addr::new(127, 0, 0, 1), Ipv4Addr::new(127, 0, 0, 2));
     let mut srv = base(a, None)?;
     srv.local_ip = Some(IpAddr::V4(ip_s));
-    srv.backend = BackendKind::Udp { port: 4791, gso: true, gro: true };
+    srv.backend = BackendKind::Udp { port: 4791, gso: true, gro: true, shared: false };
     srv.progress = false;
     let mut cli = base(a, Some(ip_s.to_string()))?;
     cli.local_ip = Some(IpAddr::V4(ip_c));
-    cli.backend = BackendKind::Udp { port: 4791, gso: true, gro: true };
+    cli.backend = BackendKind::Udp { port: 4791, gso: true, gro: true, shared: false };
     cli.pcap = a.pcap.clone();
     let server = std::thread::spawn(move || perf::run(srv, Box::new(std::io::sink())));
     std::thread::sleep(Duration::from_millis(300));

@@ -55,7 +55,9 @@ impl BackendArgs {
     /// The runtime's backend choice.
     pub fn kind(&self) -> BackendKind {
         match self.backend {
-            BackendArg::Udp => BackendKind::Udp { port: self.udp_port, gso: !self.no_udp_gso, gro: !self.no_udp_gro },
+            BackendArg::Udp => {
+                BackendKind::Udp { port: self.udp_port, gso: !self.no_udp_gso, gro: !self.no_udp_gro, shared: false }
+            }
             BackendArg::Xdp => {
                 use uroce_io::xsk::BindMode;
                 let bind = match self.xdp_mode {

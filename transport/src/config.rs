@@ -58,6 +58,10 @@ pub struct DeviceConfig {
     /// device per shard and steers each frame to the shard `dest QPN % count` (the XDP
     /// program's `ProgramConfig::shards`), so a shard must own exactly its residue class.
     pub qpn_shard: QpnShard,
+    /// Only QPNs whose top eight bits are this block (`qpn >> 16`): the share of the QPN space
+    /// one of several processes on one interface owns, which the kernel's steering program
+    /// reads to choose the process (`uroce_xdp_prog::reuseport`). `None`: the whole space.
+    pub qpn_block: Option<u8>,
     /// Congestion control: ECN marking, CNPs, the reaction point (default: all off, as rxe).
     pub cc: crate::cc::CongestionConfig,
 }
@@ -107,6 +111,7 @@ impl DeviceConfig {
             rx_fast_path: true,
             tx_fast_path: true,
             qpn_shard: QpnShard::default(),
+            qpn_block: None,
             cc: crate::cc::CongestionConfig::default(),
         }
     }

@@ -1,6 +1,8 @@
 //! QPN residue classes for sharded runtimes: a device configured as shard `i` of `n` hands out
 //! only QPNs with `qpn % n == i` (the XDP program steers each frame by `dest QPN % n`), still at
 //! random and above the 16 reserved numbers; a bad configuration is refused, not looped on.
+//! A device of one process among several on an interface (`qpn_block`) hands out only QPNs
+//! of its block (`qpn >> 16`), sharded within it the same way.
 
 use uroce_transport::sim::setup::{ipv4, mac};
 use uroce_transport::*;
@@ -35,6 +37,34 @@ fn each_shard_gets_only_its_residue_class() {
             assert!(qpns.windows(2).any(|w| w[1] < w[0]), "random, not sequential");
         }
     }
+}
+
+#[test]
+fn a_process_block_holds_every_qpn_and_its_shards_split_it() {
+    for (block, count, index) in [(1u8, 1u32, 0u32), (2, 2, 1), (255, 3, 2), (0, 4, 0)] {
+        let mut d = device(index, count);
+        let mut cfg = d.config().clone();
+        cfg.qpn_block = Some(block);
+        d = Device::new(cfg);
+        let qpns = create(&mut d, 2000).unwrap();
+        let class = QpnShard { index, count };
+        for &q in &qpns {
+            assert_eq!(q >> 16, u32::from(block), "{q:#x} outside block {block}");
+            assert!(class.owns(q) && q >= 0x11, "{q:#x}");
+        }
+        let mut sorted = qpns.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), qpns.len(), "distinct");
+        assert!(qpns.windows(2).any(|w| w[1] < w[0]), "random, not sequential");
+    }
+    // A block holds 2^16 numbers; half of them per shard class may be in use at once.
+    let mut d = device(0, 2);
+    let mut cfg = d.config().clone();
+    cfg.qpn_block = Some(7);
+    d = Device::new(cfg);
+    assert_eq!(create(&mut d, (1 << 16) / 2 / 2).unwrap().len(), 16384);
+    assert_eq!(create(&mut d, 1), Err(VerbsError::Exhausted("QP numbers")));
 }
 
 #[test]

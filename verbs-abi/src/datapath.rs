@@ -5,7 +5,8 @@
 //!
 //! The backend is AF_XDP when the process may attach XDP programs (root) and kernel UDP
 //! otherwise; `UROCE_BACKEND=xdp|udp` chooses (`UROCE_UDP_PORT`: the UDP backend's port, 4791
-//! by default). `UROCE_PCAP=FILE` captures every frame; `UROCE_QUIRKS=retry_cnt_7_infinite`
+//! by default; shared by every uroce process on the address, each owning a block of QP
+//! numbers: `uroce_io::share`). `UROCE_PCAP=FILE` captures every frame; `UROCE_QUIRKS=retry_cnt_7_infinite`
 //! retries forever at `retry_cnt` 7, as rxe does.
 //!
 //! Each call translates libibverbs' structs to the engine's verbs types (same names, same
@@ -138,10 +139,13 @@ fn env_quirks(dc: &mut uroce_transport::DeviceConfig) {
     dc.quirks.retry_cnt_7_infinite |= q.split(',').any(|s| s.trim() == "retry_cnt_7_infinite");
 }
 
-/// Kernel UDP on 4791 (`UROCE_UDP_PORT` for another).
+/// Kernel UDP on 4791 (`UROCE_UDP_PORT` for another), shared with the other uroce processes
+/// on the address when this one may load BPF programs (root; `UROCE_SHARE=0` turns it off).
 fn udp() -> BackendKind {
     let port = std::env::var("UROCE_UDP_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(4791);
-    BackendKind::Udp { port, gso: false, gro: false }
+    // SAFETY: geteuid has no preconditions.
+    let shared = std::env::var("UROCE_SHARE").as_deref() != Ok("0") && unsafe { libc::geteuid() } == 0;
+    BackendKind::Udp { port, gso: false, gro: false, shared }
 }
 
 /// The context's runtime: its device's, started by the first context that needs it.

@@ -1,8 +1,9 @@
 //! A tiny eBPF assembler: named opcodes, registers, forward/backward labels, and a
 //! disassembler for listings.
 //!
-//! Only the instruction classes the XDP program needs are covered (64-bit ALU, loads from
-//! memory, conditional/unconditional jumps, `ld_imm64` of a map fd, helper calls, exit).
+//! Only the instruction classes the programs need are covered (64-bit ALU, loads from
+//! memory, stores of an immediate, conditional/unconditional jumps, `ld_imm64` of a map fd,
+//! helper calls, exit).
 //! Encoding follows the kernel's `struct bpf_insn` (`include/uapi/linux/bpf.h`):
 //! `code: u8, dst_reg: 4 bits, src_reg: 4 bits, off: i16, imm: i32`, with the register
 //! nibbles laid out little-endian (dst in the low nibble) as on x86-64.
@@ -16,6 +17,7 @@ use std::fmt;
 // Instruction classes.
 const BPF_LD: u8 = 0x00;
 const BPF_LDX: u8 = 0x01;
+const BPF_ST: u8 = 0x02;
 const BPF_JMP: u8 = 0x05;
 const BPF_ALU64: u8 = 0x07;
 // Size modifiers (loads).
@@ -95,7 +97,7 @@ pub enum Reg {
     R10,
 }
 
-/// Memory access width of a load.
+/// Memory access width of a load or store.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Size {
     /// 1 byte.
@@ -339,6 +341,15 @@ impl Assembled {
                 };
                 (format!("r{d} = *({} *)(r{s} {:+})", size.c_type(), i.off), 1)
             }
+            BPF_ST => {
+                let size = match i.code & 0x18 {
+                    BPF_B => Size::B,
+                    BPF_H => Size::H,
+                    BPF_W => Size::W,
+                    _ => Size::DW,
+                };
+                (format!("*({} *)(r{d} {:+}) = {:#x}", size.c_type(), i.off, i.imm), 1)
+            }
             BPF_LD if i.code == BPF_LD | BPF_DW | BPF_IMM => {
                 let hi = self.insns.get(pc + 1).map_or(0, |n| n.imm);
                 let val = (u64::from(hi as u32) << 32) | u64::from(i.imm as u32);
@@ -449,6 +460,11 @@ impl Asm {
     /// `dst = *(size *)(src + off)`.
     pub fn load(&mut self, size: Size, dst: Reg, src: Reg, off: i16) -> &mut Self {
         self.push(Insn::new(BPF_LDX | BPF_MEM | size.bits(), dst, src as u8, off, 0))
+    }
+
+    /// `*(size *)(dst + off) = imm`.
+    pub fn store_imm(&mut self, size: Size, dst: Reg, off: i16, imm: i32) -> &mut Self {
+        self.push(Insn::new(BPF_ST | BPF_MEM | size.bits(), dst, 0, off, imm))
     }
 
     /// `if dst cond imm goto target`.

@@ -25,6 +25,8 @@ pub enum Step {
     InterfaceMtu,
     /// The helper socket for interface ioctls.
     IoctlSocket,
+    /// `SO_ATTACH_REUSEPORT_EBPF` on a UDP socket.
+    ReuseportAttach,
 }
 
 /// Errors from loading, attaching and driving the XDP program.

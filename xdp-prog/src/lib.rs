@@ -109,6 +109,7 @@ pub mod asm;
 mod error;
 mod loader;
 pub mod program;
+pub mod reuseport;
 mod sys;
 
 pub use error::{Error, Step};
@@ -117,3 +118,4 @@ pub use loader::{
     XdpProgram, XdpSteering, XskMap, MAX_MTU_WITHOUT_FRAGS,
 };
 pub use program::{assemble, ProgramConfig, XdpAction, MAX_SHARDS, ROCEV2_UDP_PORT};
+pub use reuseport::ReuseportSteering;

@@ -72,20 +72,7 @@ impl XskMap {
         if slot >= self.max_entries {
             return Err(Error::InvalidArgument("slot >= XSKMAP max_entries"));
         }
-        let key = slot;
-        let value: u32 = xsk_fd.as_raw_fd() as u32;
-        let mut attr = MapElemAttr {
-            map_fd: self.fd.as_raw_fd() as u32,
-            key: &key as *const u32 as u64,
-            value: &value as *const u32 as u64,
-            flags: BPF_ANY,
-            ..Default::default()
-        };
-        // SAFETY: MapElemAttr is the BPF_MAP_UPDATE_ELEM layout; `key` and `value` are live
-        // 4-byte locals matching the map's key_size/value_size for the whole call.
-        unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }
-            .map_err(|errno| Error::Syscall { step: Step::MapUpdate, errno })?;
-        Ok(())
+        map_update(self.fd.as_fd(), &slot, &(xsk_fd.as_raw_fd() as u32))
     }
 
     /// Empty `slot`. Removing an already empty slot is not an error.
@@ -348,19 +335,49 @@ fn test_run_raw(prog: BorrowedFd<'_>, frame: &[u8], repeat: u32, ctx: Option<&Xd
     Ok(TestRun { retval: attr.retval, duration_ns: attr.duration })
 }
 
+/// `BPF_MAP_UPDATE_ELEM` (`BPF_ANY`) of `key` → `value` in `map`, whose key and value sizes
+/// are those of `K` and `V`.
+pub(crate) fn map_update<K: Copy, V: Copy>(map: BorrowedFd<'_>, key: &K, value: &V) -> Result<(), Error> {
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: key as *const K as u64,
+        value: value as *const V as u64,
+        flags: BPF_ANY,
+        ..Default::default()
+    };
+    // SAFETY: MapElemAttr is the BPF_MAP_UPDATE_ELEM layout; `key` and `value` are live for
+    // the whole call and, as the callers' maps are made, of the map's key and value sizes
+    // (the kernel reads exactly key_size and value_size bytes).
+    unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map_err(|errno| Error::Syscall { step: Step::MapUpdate, errno })?;
+    Ok(())
+}
+
 /// Load raw instructions as an XDP program (expected_attach_type `BPF_XDP`). On failure
 /// the load is repeated with a level-1 verifier log, returned in [`Error::Verifier`].
 pub fn load_insns(insns: &[Insn], name: &str, frags: bool) -> Result<OwnedFd, Error> {
+    let flags = if frags { BPF_F_XDP_HAS_FRAGS } else { 0 };
+    load_prog(insns, name, BPF_PROG_TYPE_XDP, BPF_XDP, flags)
+}
+
+/// Load raw instructions as a program of `prog_type` expecting `attach_type`, with the
+/// verifier log on a second attempt as in [`load_insns`].
+pub(crate) fn load_prog(
+    insns: &[Insn],
+    name: &str,
+    prog_type: u32,
+    attach_type: u32,
+    prog_flags: u32,
+) -> Result<OwnedFd, Error> {
     let insn_cnt = u32::try_from(insns.len()).map_err(|_| Error::InvalidArgument("program too long"))?;
     let attempt = |log: Option<&mut Vec<u8>>| -> Result<OwnedFd, i32> {
         let mut attr = ProgLoadAttr {
-            prog_type: BPF_PROG_TYPE_XDP,
+            prog_type,
             insn_cnt,
             insns: insns.as_ptr() as u64,
             license: LICENSE.as_ptr() as u64,
-            prog_flags: if frags { BPF_F_XDP_HAS_FRAGS } else { 0 },
+            prog_flags,
             prog_name: sys::obj_name(name),
-            expected_attach_type: BPF_XDP,
+            expected_attach_type: attach_type,
             ..Default::default()
         };
         if let Some(buf) = log {

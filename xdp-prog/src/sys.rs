@@ -16,6 +16,9 @@ pub(crate) const BPF_PROG_TEST_RUN: u32 = 10;
 pub(crate) const BPF_LINK_CREATE: u32 = 28;
 
 pub(crate) const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+pub(crate) const BPF_MAP_TYPE_REUSEPORT_SOCKARRAY: u32 = 20;
+pub(crate) const BPF_PROG_TYPE_SK_REUSEPORT: u32 = 21;
+pub(crate) const BPF_SK_REUSEPORT_SELECT: u32 = 39;
 pub(crate) const BPF_PROG_TYPE_XDP: u32 = 6;
 pub(crate) const BPF_XDP: u32 = 37;
 pub(crate) const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;

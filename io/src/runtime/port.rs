@@ -24,6 +24,9 @@ pub enum BackendKind {
         gso: bool,
         /// Accept coalesced datagrams (`UDP_GRO`).
         gro: bool,
+        /// Share the port with other uroce processes on this address
+        /// ([`udp::UdpOptions::shared`]).
+        shared: bool,
     },
 }
 
@@ -160,11 +163,11 @@ impl Port {
                 let name = cfg.ifname.as_deref().context("the AF_XDP backend needs an interface (-d)")?;
                 Box::new(xdp::XdpBackend::open(name, o)?)
             }
-            (None, BackendKind::Udp { port, gso, gro }) => Box::new(
+            (None, BackendKind::Udp { port, gso, gro, shared }) => Box::new(
                 udp::UdpBackend::new(
                     cfg.local_ip,
                     *port,
-                    udp::UdpOptions { gso: *gso, gro: *gro, ..udp::UdpOptions::from(mac) },
+                    udp::UdpOptions { gso: *gso, gro: *gro, shared: *shared, ..udp::UdpOptions::from(mac) },
                 )
                 .with_context(|| format!("UDP socket on {}:{port}", cfg.local_ip))?,
             ),
@@ -177,6 +180,7 @@ impl Port {
         dc.active_mtu = Mtu::for_link_mtu(link_mtu);
         dc.seed = crate::random::key_seed(cfg.seed)?;
         dc.udp_sport = backend.fixed_udp_src_port();
+        dc.qpn_block = backend.qpn_block();
         if dc.udp_sport.is_some() {
             // A kernel UDP socket (DF set) sends IPv4 identification 0, and the ICRC covers it.
             dc.ipv4_ident = uroce_transport::Ipv4Ident::Zero;

@@ -120,7 +120,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::Duration;
 
 use uroce_wire::{EtherType, EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet, ICRC_LEN};
@@ -171,6 +171,11 @@ pub struct UdpOptions {
     pub gso: bool,
     /// Accept coalesced datagrams (`UDP_GRO`); receive slots grow to 64 KiB each.
     pub gro: bool,
+    /// Share the address and port with other uroce processes (`SO_REUSEPORT`): this process
+    /// gets a block of QP numbers, and the kernel gives each datagram to the process owning
+    /// its destination QP ([`crate::share`], `uroce_xdp_prog::reuseport`). Needs `CAP_BPF`
+    /// (root).
+    pub shared: bool,
 }
 
 impl Default for UdpOptions {
@@ -185,6 +190,7 @@ impl Default for UdpOptions {
             recover_ipv4_id: true,
             gso: false,
             gro: false,
+            shared: false,
         }
     }
 }
@@ -278,9 +284,27 @@ unsafe impl Send for Scratch {}
 
 const NO_ID: IdDf = IdDf { ident: 0, dont_frag: true };
 
+/// Join the processes sharing `local` and steer this process's QPN block to `fd`.
+fn join_shared(fd: &OwnedFd, local: SocketAddr) -> io::Result<crate::share::Tenancy> {
+    use uroce_xdp_prog::ReuseportSteering;
+    let t = crate::share::join(&format!("udp/{local}"), || {
+        let s = ReuseportSteering::create()?;
+        s.fds().iter().map(|f| f.try_clone_to_owned()).collect::<io::Result<Vec<_>>>()
+    })?;
+    let [map, prog] = <[OwnedFd; 2]>::try_from(t.fds.iter().map(|f| f.try_clone()).collect::<io::Result<Vec<_>>>()?)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "shared UDP steering needs two fds"))?;
+    let steering = ReuseportSteering::from_fds(map, prog);
+    steering.attach(fd.as_fd())?;
+    steering.insert(u32::from(t.block), fd.as_fd())?;
+    tracing::info!(%local, block = t.block, "sharing the UDP port: this process owns QPNs {:#04x}xxxx", t.block);
+    Ok(t)
+}
+
 /// The kernel-UDP backend.
 pub struct UdpBackend {
     fd: OwnedFd,
+    /// This process's QPN block and the shared steering, when sharing the port.
+    share: Option<crate::share::Tenancy>,
     local: SocketAddr,
     scope_id: u32,
     opts: UdpOptions,
@@ -331,6 +355,7 @@ impl UdpBackend {
             None => 0,
         };
         let (fd, local) = sys::open(SocketAddr::new(local_ip, port), &opts, scope_id)?;
+        let share = if opts.shared { Some(join_shared(&fd, local)?) } else { None };
         let rx_payload = if opts.gro { MAX_UDP_PAYLOAD } else { MAX_FRAME };
         let rx_stride = (RX_HEADROOM + rx_payload).next_multiple_of(64);
         // SAFETY: sockaddr_storage is plain old data; all-zero is valid.
@@ -339,6 +364,7 @@ impl UdpBackend {
         let tx_n = opts.tx_queue;
         Ok(UdpBackend {
             fd,
+            share,
             local,
             scope_id,
             solver: IdSolver::new(opts.recover_ipv4_id),
@@ -361,6 +387,11 @@ impl UdpBackend {
             },
             opts,
         })
+    }
+
+    /// The QPN block this process owns on a shared port ([`UdpOptions::shared`]).
+    pub fn qpn_block(&self) -> Option<u8> {
+        self.share.as_ref().map(|t| t.block)
     }
 
     /// The address the socket is bound to.
@@ -979,6 +1010,10 @@ impl Backend for UdpBackend {
 
     fn fixed_udp_src_port(&self) -> Option<u16> {
         Some(self.local.port())
+    }
+
+    fn qpn_block(&self) -> Option<u8> {
+        UdpBackend::qpn_block(self)
     }
 }
 

@@ -142,6 +142,9 @@ pub(super) fn open(local: SocketAddr, opts: &UdpOptions, scope_id: u32) -> io::R
     if opts.reuse_addr {
         set_named(s, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1, "SO_REUSEADDR")?;
     }
+    if opts.shared {
+        set_named(s, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1, "SO_REUSEPORT")?;
+    }
     if opts.socket_buffer > 0 {
         let n = opts.socket_buffer.min(i32::MAX as usize / 2) as libc::c_int;
         // The FORCE variants ignore rmem_max/wmem_max but need CAP_NET_ADMIN.

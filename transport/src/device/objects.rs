@@ -278,13 +278,18 @@ impl Device {
         if index >= count {
             return Err(VerbsError::InvalidArgument("qpn_shard index not below its count"));
         }
-        if self.qps.len() >= (1 << 20).min((1 << 23) / count as usize) {
+        // A block (`DeviceConfig::qpn_block`) holds 2^16 numbers, the whole space 2^24.
+        let (base, space) = match self.cfg.qpn_block {
+            Some(b) => (u32::from(b) << 16, 1u32 << 16),
+            None => (0, 1 << 24),
+        };
+        if self.qps.len() >= (1 << 20).min(space as usize / 2 / count as usize) {
             return Err(VerbsError::Exhausted("QP numbers"));
         }
         let qpn = loop {
-            let r = self.rng.next_u32() & 0xff_ffff;
+            let r = base | (self.rng.next_u32() & (space - 1));
             let q = r - r % count + index;
-            if (0x11..=0xff_ffff).contains(&q) && !self.qps.contains_key(&q) {
+            if q >= 0x11 && q >> 16 == r >> 16 && !self.qps.contains_key(&q) {
                 break q;
             }
         };
