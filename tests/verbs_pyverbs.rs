@@ -26,7 +26,7 @@ const MODULES: [(&str, bool); 9] = [
     ("test_cq_events", true),
     ("test_cqex", true),
     ("test_qp", true),
-    ("test_qpex", false), // every test needs ibv_qp_to_qp_ex / create_qp_ex: not yet
+    ("test_qpex", true),
     ("test_atomic", true),
 ];
 

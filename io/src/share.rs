@@ -341,33 +341,42 @@ unsafe fn broker_main(keep: &[RawFd]) -> ! {
                     }
                 }
             }
-            let mut j = 0;
-            while j < MAX_CONN {
-                let (fd, block) = conns[j];
-                if fd >= 0 && pfds[j + 1].fd == fd && pfds[j + 1].revents != 0 {
-                    let mut buf = [0u8; 8];
-                    let r = libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT);
-                    let again = r < 0 && *libc::__errno_location() == libc::EAGAIN;
-                    if r == 4 && block == 0 && u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]) == MAGIC {
-                        let mut b = 1;
-                        while b <= MAX_TENANTS && used[b] {
-                            b += 1;
+            // Departures first, then requests: a block freed by a process that left before
+            // another asked is that one's to take.
+            for pass in 0..2 {
+                let mut j = 0;
+                while j < MAX_CONN {
+                    let (fd, block) = conns[j];
+                    if fd >= 0 && pfds[j + 1].fd == fd && pfds[j + 1].revents != 0 {
+                        let mut buf = [0u8; 8];
+                        let flags = libc::MSG_DONTWAIT | if pass == 0 { libc::MSG_PEEK } else { 0 };
+                        let r = libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags);
+                        let again = r < 0 && *libc::__errno_location() == libc::EAGAIN;
+                        if r == 0 || (r < 0 && !again) {
+                            if block != 0 {
+                                used[block as usize] = false;
+                            }
+                            libc::close(fd);
+                            conns[j] = (-1, 0);
+                        } else if pass == 1
+                            && r == 4
+                            && block == 0
+                            && u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]) == MAGIC
+                        {
+                            let mut b = 1;
+                            while b <= MAX_TENANTS && used[b] {
+                                b += 1;
+                            }
+                            let got = if b <= MAX_TENANTS { b as u32 } else { 0 };
+                            if got != 0 {
+                                used[b] = true;
+                                conns[j].1 = got;
+                            }
+                            answer(fd, got, if got != 0 { &obj[..nobj.min(MAX_FDS)] } else { &[] });
                         }
-                        let got = if b <= MAX_TENANTS { b as u32 } else { 0 };
-                        if got != 0 {
-                            used[b] = true;
-                            conns[j].1 = got;
-                        }
-                        answer(fd, got, if got != 0 { &obj[..nobj.min(MAX_FDS)] } else { &[] });
-                    } else if r == 0 || (r < 0 && !again) {
-                        if block != 0 {
-                            used[block as usize] = false;
-                        }
-                        libc::close(fd);
-                        conns[j] = (-1, 0);
                     }
+                    j += 1;
                 }
-                j += 1;
             }
         }
     }
@@ -451,12 +460,20 @@ mod tests {
         }
     }
 
+    /// The tests one at a time: a broker forked by one test holds copies of every fd of the
+    /// process until it closes them, which would delay the other test's departures.
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        LOCK.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn unique(tag: &str) -> String {
         format!("test/{tag}/{}", std::process::id())
     }
 
     #[test]
     fn processes_get_distinct_blocks_and_the_same_objects_and_the_broker_leaves_with_the_last() {
+        let _one = serial();
         let name = unique("blocks");
         let mut created = 0;
         let a = join(&name, || {
@@ -505,6 +522,7 @@ mod tests {
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
             unreachable!();
         }
+        let _one = serial();
         let name = unique("killed");
         let a = join(&name, memfd).unwrap();
         let out = std::process::Command::new(std::env::current_exe().unwrap())

@@ -97,8 +97,8 @@ pub struct VerbsContext {
     pub query_device_ex: Option<QueryDeviceExFn>,
     /// `ibv_destroy_flow`, a placeholder, `ibv_create_flow`, a placeholder, `open_qp`.
     pub _ops_b: [usize; 5],
-    /// `create_qp_ex`.
-    pub create_qp_ex: usize,
+    /// `create_qp_ex` (the inline `ibv_create_qp_ex` calls it).
+    pub create_qp_ex: Option<unsafe extern "C" fn(*mut IbvContext, *mut QpInitAttrExC) -> *mut IbvQp>,
     /// `get_srq_num`, `create_srq_ex`, `open_xrcd`, `close_xrcd`.
     pub _ops_c: [usize; 4],
     /// `_ABI_placeholder3`.
@@ -577,6 +577,111 @@ pub struct QpAttrC {
     pub rate_limit: u32,
 }
 
+/// The members of `struct ibv_qp_ex` after its `qp_base` (`struct ibv_qp`, 160 bytes): the
+/// extended post-send API (`ibv_wr_*` are static inlines calling these pointers). 200 bytes,
+/// so `ibv_qp_ex` is 360 as in rdma-core 56 (`wr_flush` last; 44's ends before it, at 352).
+#[repr(C)]
+pub struct QpExTail {
+    /// `comp_mask`.
+    pub comp_mask: u64,
+    /// `wr_id`: the program sets it before each `wr_*` opcode call.
+    pub wr_id: u64,
+    /// `wr_flags` (`enum ibv_send_flags`), likewise.
+    pub wr_flags: u32,
+    /// `wr_atomic_cmp_swp(qp, rkey, remote_addr, compare, swap)`.
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut c_void, u32, u64, u64, u64)>,
+    /// `wr_atomic_fetch_add(qp, rkey, remote_addr, add)`.
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut c_void, u32, u64, u64)>,
+    /// `wr_bind_mw(qp, mw, rkey, bind_info)`.
+    pub wr_bind_mw: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *const c_void)>,
+    /// `wr_local_inv(qp, invalidate_rkey)`.
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut c_void, u32)>,
+    /// `wr_rdma_read(qp, rkey, remote_addr)`.
+    pub wr_rdma_read: Option<unsafe extern "C" fn(*mut c_void, u32, u64)>,
+    /// `wr_rdma_write(qp, rkey, remote_addr)`.
+    pub wr_rdma_write: Option<unsafe extern "C" fn(*mut c_void, u32, u64)>,
+    /// `wr_rdma_write_imm(qp, rkey, remote_addr, imm_data)`.
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut c_void, u32, u64, u32)>,
+    /// `wr_send(qp)`.
+    pub wr_send: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// `wr_send_imm(qp, imm_data)`.
+    pub wr_send_imm: Option<unsafe extern "C" fn(*mut c_void, u32)>,
+    /// `wr_send_inv(qp, invalidate_rkey)`.
+    pub wr_send_inv: Option<unsafe extern "C" fn(*mut c_void, u32)>,
+    /// `wr_send_tso(qp, hdr, hdr_sz, mss)`.
+    pub wr_send_tso: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, u16, u16)>,
+    /// `wr_set_ud_addr(qp, ah, remote_qpn, remote_qkey)`.
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, u32, u32)>,
+    /// `wr_set_xrc_srqn(qp, remote_srqn)`.
+    pub wr_set_xrc_srqn: Option<unsafe extern "C" fn(*mut c_void, u32)>,
+    /// `wr_set_inline_data(qp, addr, length)`.
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut c_void, *const c_void, usize)>,
+    /// `wr_set_inline_data_list(qp, num_buf, buf_list)` (`struct ibv_data_buf`: addr, length).
+    pub wr_set_inline_data_list: Option<unsafe extern "C" fn(*mut c_void, usize, *const DataBufC)>,
+    /// `wr_set_sge(qp, lkey, addr, length)`.
+    pub wr_set_sge: Option<unsafe extern "C" fn(*mut c_void, u32, u64, u32)>,
+    /// `wr_set_sge_list(qp, num_sge, sg_list)`.
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(*mut c_void, usize, *const SgeC)>,
+    /// `wr_start(qp)`.
+    pub wr_start: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// `wr_complete(qp)`.
+    pub wr_complete: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    /// `wr_abort(qp)`.
+    pub wr_abort: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// `wr_atomic_write(qp, rkey, remote_addr, atomic_wr)`.
+    pub wr_atomic_write: Option<unsafe extern "C" fn(*mut c_void, u32, u64, *const c_void)>,
+    /// `wr_flush(qp, rkey, remote_addr, len, type, level)` (rdma-core 56).
+    pub wr_flush: Option<unsafe extern "C" fn(*mut c_void, u32, u64, usize, u8, u8)>,
+}
+
+/// `struct ibv_data_buf` (16 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DataBufC {
+    /// `addr`.
+    pub addr: *const c_void,
+    /// `length`.
+    pub length: usize,
+}
+
+/// `struct ibv_qp_init_attr_ex` (136 bytes): `struct ibv_qp_init_attr`'s members, then the
+/// extensions `comp_mask` selects.
+#[repr(C)]
+pub struct QpInitAttrExC {
+    /// `qp_context`.
+    pub qp_context: *mut c_void,
+    /// `send_cq`.
+    pub send_cq: *mut IbvCq,
+    /// `recv_cq`.
+    pub recv_cq: *mut IbvCq,
+    /// `srq`.
+    pub srq: *mut c_void,
+    /// `cap`.
+    pub cap: QpCapC,
+    /// `qp_type`.
+    pub qp_type: c_int,
+    /// `sq_sig_all`.
+    pub sq_sig_all: c_int,
+    /// `comp_mask` (`IBV_QP_INIT_ATTR_*`), in what is `ibv_qp_init_attr`'s tail padding.
+    pub comp_mask: u32,
+    /// `pd` (`IBV_QP_INIT_ATTR_PD`).
+    pub pd: *mut IbvPd,
+    /// `xrcd`.
+    pub xrcd: *mut c_void,
+    /// `create_flags`.
+    pub create_flags: u32,
+    /// `max_tso_header`.
+    pub max_tso_header: u16,
+    /// `rwq_ind_tbl`.
+    pub rwq_ind_tbl: *mut c_void,
+    /// `rx_hash_conf` (function, key length, key pointer, fields mask).
+    pub rx_hash_conf: [u64; 3],
+    /// `source_qpn`.
+    pub source_qpn: u32,
+    /// `send_ops_flags` (`IBV_QP_EX_WITH_*`).
+    pub send_ops_flags: u64,
+}
+
 /// `struct ibv_sge` (16 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -690,6 +795,10 @@ mod tests {
         assert_eq!(size_of::<IbvCq>(), 128);
         assert_eq!(size_of::<IbvQp>(), 160);
         assert_eq!(size_of::<QpInitAttrC>(), 64);
+        assert_eq!(size_of::<QpExTail>(), 200);
+        assert_eq!(size_of::<QpInitAttrExC>(), 136);
+        assert_eq!(offset_of!(QpInitAttrExC, comp_mask), 60);
+        assert_eq!(offset_of!(QpInitAttrExC, send_ops_flags), 128);
         assert_eq!(size_of::<QpAttrC>(), 144);
         assert_eq!(size_of::<SendWrC>(), 128);
         assert_eq!(offset_of!(SendWrC, atomic_rkey), 64);

@@ -54,11 +54,19 @@ pub struct Cq {
     pub events_read: AtomicU32,
 }
 
-/// A QP.
+/// A QP: `struct ibv_qp`, and after it the rest of `struct ibv_qp_ex` (together the
+/// `struct ibv_qp_ex` of [`crate::qp_ex`], for a QP created with `send_ops_flags`).
 #[repr(C)]
 pub struct Qp {
     /// What the program sees.
     pub ibv: IbvQp,
+    /// `struct ibv_qp_ex`'s members after `qp_base`; the program writes `wr_id` and
+    /// `wr_flags` through its pointer (hence the cell).
+    pub ex: core::cell::UnsafeCell<QpExTail>,
+    /// The `IBV_QP_EX_WITH_*` operations the program asked for (0: not an extended QP).
+    pub send_ops: u64,
+    /// The WRs between `ibv_wr_start` and `ibv_wr_complete`.
+    pub batch: std::sync::Mutex<crate::qp_ex::Batch>,
     /// Where inline data is staged for the engine (which gathers it at post time): an MR of
     /// `max_inline_data` bytes.
     inline: Option<MrInfo>,
@@ -71,6 +79,17 @@ impl Drop for Cq {
         unsafe {
             libc::pthread_mutex_destroy(&mut self.ibv.mutex);
             libc::pthread_cond_destroy(&mut self.ibv.cond);
+        }
+    }
+}
+
+impl Qp {
+    /// The most inline data one WR may carry.
+    pub(crate) fn inline_capacity(&self) -> usize {
+        if self.inline.is_some() {
+            self.inline_len
+        } else {
+            0
         }
     }
 }
@@ -470,25 +489,32 @@ fn qp_type(t: c_int) -> Option<QpType> {
 /// `ibv_create_qp(3)`: RC, UC or UD. The caps granted are written back to `init_attr`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, init: *mut QpInitAttrC) -> *mut IbvQp {
-    let Some(p) = PDS.get(pd.cast()) else { return fail(libc::EINVAL) };
-    let Ok((_, rt)) = rt_of(p.ibv.context) else { return fail(libc::EINVAL) };
     if init.is_null() {
         return fail(libc::EINVAL);
     }
     // SAFETY: the caller's struct ibv_qp_init_attr.
     let ia = unsafe { &mut *init };
-    let (Some(scq), Some(rcq)) = (CQS.get(ia.send_cq.cast()), CQS.get(ia.recv_cq.cast())) else {
+    create_qp(pd, ia, 0)
+}
+
+/// Create the QP `req` asks for in `pd`, with the extended QP's operations `send_ops`
+/// (`send_ops_flags`; 0 for `ibv_create_qp`), and write the caps granted back to `req`. NULL
+/// and `errno` on failure.
+pub(crate) fn create_qp(pd: *mut IbvPd, req: &mut QpInitAttrC, send_ops: u64) -> *mut IbvQp {
+    let Some(p) = PDS.get(pd.cast()) else { return fail(libc::EINVAL) };
+    let Ok((_, rt)) = rt_of(p.ibv.context) else { return fail(libc::EINVAL) };
+    let (Some(scq), Some(rcq)) = (CQS.get(req.send_cq.cast()), CQS.get(req.recv_cq.cast())) else {
         return fail(libc::EINVAL);
     };
-    let srq = match ia.srq.is_null() {
+    let srq = match req.srq.is_null() {
         true => None,
-        false => match crate::srq::engine_of(ia.srq) {
+        false => match crate::srq::engine_of(req.srq) {
             Some(h) => Some(h),
             None => return fail(libc::EINVAL),
         },
     };
-    let Some(ty) = qp_type(ia.qp_type) else { return fail(libc::EOPNOTSUPP) };
-    let c = ia.cap;
+    let Some(ty) = qp_type(req.qp_type) else { return fail(libc::EOPNOTSUPP) };
+    let c = req.cap;
     let cap = QpCap {
         max_send_wr: c.max_send_wr,
         max_recv_wr: c.max_recv_wr,
@@ -497,7 +523,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, init: *mut QpInitAttrC) -
         max_inline_data: c.max_inline_data,
     };
     let attr =
-        QpInitAttr { qp_type: ty, send_cq: scq.engine, recv_cq: rcq.engine, cap, sq_sig_all: ia.sq_sig_all != 0, srq };
+        QpInitAttr { qp_type: ty, send_cq: scq.engine, recv_cq: rcq.engine, cap, sq_sig_all: req.sq_sig_all != 0, srq };
     let inline_len = cap.max_inline_data as usize;
     let r = rt.with(|d| {
         let qpn = d.create_qp(p.engine, &attr)?;
@@ -518,20 +544,27 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, init: *mut QpInitAttrC) -
         Ok(x) => x,
         Err(e) => return fail(e.errno()),
     };
-    ia.cap = QpCapC { max_send_sge: cap.max_send_sge, max_recv_sge: cap.max_recv_sge, ..c };
+    req.cap = QpCapC { max_send_sge: cap.max_send_sge, max_recv_sge: cap.max_recv_sge, ..c };
     // SAFETY: integers, pointers and pthread objects (initialised below): all-zero is valid.
     let mut ibv: IbvQp = unsafe { core::mem::zeroed() };
     ibv.context = p.ibv.context;
-    ibv.qp_context = ia.qp_context;
+    ibv.qp_context = req.qp_context;
     ibv.pd = pd;
-    ibv.send_cq = ia.send_cq;
-    ibv.recv_cq = ia.recv_cq;
-    ibv.srq = ia.srq;
+    ibv.send_cq = req.send_cq;
+    ibv.recv_cq = req.recv_cq;
+    ibv.srq = req.srq;
     ibv.handle = qpn;
     ibv.qp_num = qpn;
     ibv.state = QpState::Reset as c_int;
-    ibv.qp_type = ia.qp_type;
-    let qp = Box::into_raw(Box::new(Qp { ibv, inline, inline_len }));
+    ibv.qp_type = req.qp_type;
+    let qp = Box::into_raw(Box::new(Qp {
+        ibv,
+        ex: core::cell::UnsafeCell::new(crate::qp_ex::ops()),
+        send_ops,
+        batch: Default::default(),
+        inline,
+        inline_len,
+    }));
     // SAFETY: fresh allocation; initialised once.
     unsafe {
         libc::pthread_mutex_init(&mut (*qp).ibv.mutex, core::ptr::null());
@@ -849,57 +882,151 @@ fn post_chain<W>(
     }
 }
 
+/// Where a send WR's data comes from: SGEs (read from the program's memory now when the WR
+/// is inline), or inline bytes already copied (`ibv_wr_set_inline_data`).
+pub(crate) enum Gather<'a> {
+    Sges(&'a [Sge]),
+    Bytes(&'a [u8]),
+}
+
+/// A send WR as both posting interfaces give it (`ibv_post_send`'s struct, the `ibv_wr_*` calls).
+pub(crate) struct Post<'a> {
+    pub wr_id: u64,
+    pub opcode: WrOpcode,
+    pub flags: SendFlags,
+    /// Immediate data (network order) or the rkey to invalidate.
+    pub imm_data: u32,
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub compare_add: u64,
+    pub swap: u64,
+    /// UD: the `struct ibv_ah *`, remote QPN and Q_Key.
+    pub ud: Option<(*const c_void, u32, u32)>,
+    pub data: Gather<'a>,
+}
+
+impl Post<'_> {
+    /// Inline data: its length and where it is staged (the QP's staging MR) for the engine.
+    fn staging(&self, q: &Qp) -> Result<Option<(usize, MrInfo)>, c_int> {
+        if !self.flags.contains(SendFlags::INLINE) || self.opcode.is_read_or_atomic() {
+            return Ok(None);
+        }
+        let total = match self.data {
+            Gather::Sges(list) => list.iter().map(|s| s.length as usize).sum(),
+            Gather::Bytes(b) => b.len(),
+        };
+        if total == 0 {
+            return Ok(None);
+        }
+        let st = q.inline.filter(|_| total <= q.inline_len).ok_or(libc::EINVAL)?;
+        Ok(Some((total, st)))
+    }
+
+    /// The engine's WR: `one` holds the staging SGE of inline data.
+    fn engine_wr<'s>(&'s self, q: &Qp, one: &'s mut [Sge; 1]) -> Result<SendWr<'s>, c_int> {
+        let sg_list: &[Sge] = match (self.staging(q)?, &self.data) {
+            (Some((total, st)), _) => {
+                one[0] = Sge { addr: st.addr, length: total as u32, lkey: st.lkey };
+                &one[..]
+            }
+            (None, Gather::Sges(list)) => list,
+            // Inline and empty: no data at all.
+            (None, Gather::Bytes(_)) => &[],
+        };
+        let ud = match (q.ibv.qp_type, self.ud) {
+            (4, Some((ah, remote_qpn, remote_qkey))) => {
+                let ah = crate::ah::AHS.get(ah).ok_or(libc::EINVAL)?;
+                Some(UdDest { ah: ah.engine, remote_qpn, remote_qkey })
+            }
+            (4, None) => return Err(libc::EINVAL),
+            _ => None,
+        };
+        Ok(SendWr {
+            ud,
+            wr_id: self.wr_id,
+            opcode: self.opcode,
+            sg_list,
+            send_flags: self.flags,
+            imm_data: self.imm_data,
+            invalidate_rkey: self.imm_data,
+            remote_addr: self.remote_addr,
+            rkey: self.rkey,
+            compare_add: self.compare_add,
+            swap: self.swap,
+        })
+    }
+
+    /// Copy inline data into the QP's staging MR, which the engine gathers from when the WR
+    /// is posted (the program's bytes need no MR).
+    fn stage(&self, d: &mut uroce_transport::Device, q: &Qp) -> Result<(), c_int> {
+        let Some((_, st)) = self.staging(q)? else { return Ok(()) };
+        let dst = d.mr_mut(st.lkey).ok_or(libc::EINVAL)?.as_mut_slice();
+        match self.data {
+            Gather::Sges(list) => {
+                let mut at = 0;
+                for s in list {
+                    let len = s.length as usize;
+                    // SAFETY: inline data is the program's readable memory of that length.
+                    let src = unsafe { core::slice::from_raw_parts(s.addr as *const u8, len) };
+                    dst[at..at + len].copy_from_slice(src);
+                    at += len;
+                }
+            }
+            Gather::Bytes(b) => dst[..b.len()].copy_from_slice(b),
+        }
+        Ok(())
+    }
+}
+
+/// Post one WR to `q`.
+pub(crate) fn post_one(d: &mut uroce_transport::Device, q: &Qp, p: &Post) -> Result<(), c_int> {
+    let mut one = [Sge::default()];
+    let wr = p.engine_wr(q, &mut one)?;
+    p.stage(d, q)?;
+    d.post_send(q.ibv.qp_num, &wr).map_err(|e| e.errno())
+}
+
+/// Post `posts` to `q` all or none ([`uroce_transport::Device::post_send_all`]).
+pub(crate) fn post_all(d: &mut uroce_transport::Device, q: &Qp, posts: &[Post]) -> Result<(), c_int> {
+    let mut ones = vec![[Sge::default()]; posts.len()];
+    let wrs = posts.iter().zip(ones.iter_mut()).map(|(p, one)| p.engine_wr(q, one)).collect::<Result<Vec<_>, _>>()?;
+    let mut staged = Ok(());
+    let r = d.post_send_all(q.ibv.qp_num, &wrs, |d, i| {
+        if staged.is_ok() {
+            staged = posts[i].stage(d, q);
+        }
+    });
+    staged?;
+    r.map_err(|(_, e)| e.errno())
+}
+
 /// `ops.post_send`.
 pub unsafe extern "C" fn post_send(qp: *mut c_void, wr: *mut c_void, bad: *mut *mut c_void) -> c_int {
     post_chain(qp, wr, bad, |d, q, w: *mut SendWrC| {
         // SAFETY: the caller's chain of struct ibv_send_wr.
         let c = unsafe { &*w };
         // SAFETY: its SGE array.
-        let (mut list, n) = unsafe { sges(c.sg_list, c.num_sge) }.ok_or(libc::EINVAL)?;
+        let (list, n) = unsafe { sges(c.sg_list, c.num_sge) }.ok_or(libc::EINVAL)?;
         let opcode = wr_opcode(c.opcode).ok_or(libc::EINVAL)?;
-        let flags = SendFlags(c.send_flags);
-        let mut nsge = n;
-        if flags.contains(SendFlags::INLINE) && !opcode.is_read_or_atomic() {
-            // The program's bytes need no MR: copy them into the QP's staging MR, which the
-            // engine gathers from before this call returns.
-            let total: usize = list[..n].iter().map(|s| s.length as usize).sum();
-            let st = q.inline.filter(|_| total <= q.inline_len).ok_or(libc::EINVAL)?;
-            let dst = d.mr_mut(st.lkey).ok_or(libc::EINVAL)?.as_mut_slice();
-            let mut at = 0;
-            for s in &list[..n] {
-                let len = s.length as usize;
-                // SAFETY: inline data is the program's readable memory of that length.
-                let src = unsafe { core::slice::from_raw_parts(s.addr as *const u8, len) };
-                dst[at..at + len].copy_from_slice(src);
-                at += len;
-            }
-            list[0] = Sge { addr: st.addr, length: total as u32, lkey: st.lkey };
-            nsge = 1;
-        }
         let atomic = opcode.is_atomic();
-        // wr.ud: { struct ibv_ah *ah; uint32_t remote_qpn; uint32_t remote_qkey; }
-        let ud = match q.ibv.qp_type {
-            4 => {
-                let ah = crate::ah::AHS.get(c.remote_addr as *const c_void).ok_or(libc::EINVAL)?;
-                let (remote_qpn, remote_qkey) = (c.rkey_or_compare_add as u32, (c.rkey_or_compare_add >> 32) as u32);
-                Some(UdDest { ah: ah.engine, remote_qpn, remote_qkey })
-            }
-            _ => None,
-        };
-        let e = SendWr {
-            ud,
+        let p = Post {
             wr_id: c.wr_id,
             opcode,
-            sg_list: &list[..nsge],
-            send_flags: flags,
+            flags: SendFlags(c.send_flags),
             imm_data: c.imm_data,
-            invalidate_rkey: c.imm_data,
             remote_addr: c.remote_addr,
             rkey: if atomic { c.atomic_rkey } else { c.rkey_or_compare_add as u32 },
             compare_add: if atomic { c.rkey_or_compare_add } else { 0 },
             swap: c.swap,
+            // wr.ud: { struct ibv_ah *ah; uint32_t remote_qpn; uint32_t remote_qkey; }
+            ud: Some((
+                c.remote_addr as *const c_void,
+                c.rkey_or_compare_add as u32,
+                (c.rkey_or_compare_add >> 32) as u32,
+            )),
+            data: Gather::Sges(&list[..n]),
         };
-        d.post_send(q.ibv.qp_num, &e).map_err(|e| e.errno())?;
+        post_one(d, q, &p)?;
         Ok(c.next)
     })
 }

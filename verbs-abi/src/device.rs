@@ -224,6 +224,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext
     let mut vctx: VerbsContext = unsafe { core::mem::zeroed() };
     vctx.query_port = Some(query_port_op);
     vctx.query_device_ex = Some(query_device_ex_op);
+    vctx.create_qp_ex = Some(crate::qp_ex::create_qp_ex_op);
     vctx.sz = core::mem::size_of::<VerbsContext>();
     let c = &mut vctx.context;
     c.device = dev;

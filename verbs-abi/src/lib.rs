@@ -33,6 +33,7 @@ pub mod ah;
 pub mod datapath;
 pub mod device;
 pub mod events;
+pub mod qp_ex;
 pub mod srq;
 pub mod strings;
 pub mod stubs;

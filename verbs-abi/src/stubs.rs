@@ -54,7 +54,7 @@ macro_rules! returns_nothing {
 }
 
 // Public verbs not implemented yet.
-returns_null!(ibv_reg_dmabuf_mr, ibv_qp_to_qp_ex, ibv_import_device, ibv_import_pd, ibv_import_mr, ibv_import_dm,);
+returns_null!(ibv_reg_dmabuf_mr, ibv_import_device, ibv_import_pd, ibv_import_mr, ibv_import_dm,);
 returns_errno!(
     ibv_resize_cq,
     ibv_attach_mcast,

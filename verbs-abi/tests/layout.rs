@@ -60,6 +60,16 @@ int main(void) {
     S(ibv_srq) O(ibv_srq, srq_context) O(ibv_srq, pd) O(ibv_srq, handle) O(ibv_srq, mutex) O(ibv_srq, cond)
     O(ibv_srq, events_completed) S(ibv_srq_attr) S(ibv_srq_init_attr) O(ibv_srq_init_attr, attr)
     S(ibv_grh) O(ibv_grh, paylen) O(ibv_grh, next_hdr) O(ibv_grh, hop_limit) O(ibv_grh, sgid) O(ibv_grh, dgid)
+    S(ibv_qp_ex) O(ibv_qp_ex, comp_mask) O(ibv_qp_ex, wr_id) O(ibv_qp_ex, wr_flags)
+    O(ibv_qp_ex, wr_atomic_cmp_swp) O(ibv_qp_ex, wr_rdma_write) O(ibv_qp_ex, wr_send) O(ibv_qp_ex, wr_send_tso)
+    O(ibv_qp_ex, wr_set_ud_addr) O(ibv_qp_ex, wr_set_inline_data_list) O(ibv_qp_ex, wr_set_sge_list)
+    O(ibv_qp_ex, wr_start) O(ibv_qp_ex, wr_complete) O(ibv_qp_ex, wr_abort) O(ibv_qp_ex, wr_atomic_write)
+    S(ibv_data_buf) O(ibv_data_buf, length)
+    S(ibv_qp_init_attr_ex) O(ibv_qp_init_attr_ex, cap) O(ibv_qp_init_attr_ex, qp_type)
+    O(ibv_qp_init_attr_ex, sq_sig_all) O(ibv_qp_init_attr_ex, comp_mask) O(ibv_qp_init_attr_ex, pd)
+    O(ibv_qp_init_attr_ex, xrcd) O(ibv_qp_init_attr_ex, create_flags) O(ibv_qp_init_attr_ex, max_tso_header)
+    O(ibv_qp_init_attr_ex, rwq_ind_tbl) O(ibv_qp_init_attr_ex, rx_hash_conf) O(ibv_qp_init_attr_ex, source_qpn)
+    O(ibv_qp_init_attr_ex, send_ops_flags)
     return 0;
 }
 "#;
@@ -221,6 +231,37 @@ fn rust_layout() -> BTreeMap<String, usize> {
     s("offset ibv_grh.hop_limit", offset_of!(Grh, hop_limit));
     s("offset ibv_grh.sgid", offset_of!(Grh, sgid));
     s("offset ibv_grh.dgid", offset_of!(Grh, dgid));
+    // struct ibv_qp_ex = struct ibv_qp (qp_base), then uroce's QpExTail.
+    let qx = |f: usize| size_of::<IbvQp>() + f;
+    s("offset ibv_qp_ex.comp_mask", qx(offset_of!(QpExTail, comp_mask)));
+    s("offset ibv_qp_ex.wr_id", qx(offset_of!(QpExTail, wr_id)));
+    s("offset ibv_qp_ex.wr_flags", qx(offset_of!(QpExTail, wr_flags)));
+    s("offset ibv_qp_ex.wr_atomic_cmp_swp", qx(offset_of!(QpExTail, wr_atomic_cmp_swp)));
+    s("offset ibv_qp_ex.wr_rdma_write", qx(offset_of!(QpExTail, wr_rdma_write)));
+    s("offset ibv_qp_ex.wr_send", qx(offset_of!(QpExTail, wr_send)));
+    s("offset ibv_qp_ex.wr_send_tso", qx(offset_of!(QpExTail, wr_send_tso)));
+    s("offset ibv_qp_ex.wr_set_ud_addr", qx(offset_of!(QpExTail, wr_set_ud_addr)));
+    s("offset ibv_qp_ex.wr_set_inline_data_list", qx(offset_of!(QpExTail, wr_set_inline_data_list)));
+    s("offset ibv_qp_ex.wr_set_sge_list", qx(offset_of!(QpExTail, wr_set_sge_list)));
+    s("offset ibv_qp_ex.wr_start", qx(offset_of!(QpExTail, wr_start)));
+    s("offset ibv_qp_ex.wr_complete", qx(offset_of!(QpExTail, wr_complete)));
+    s("offset ibv_qp_ex.wr_abort", qx(offset_of!(QpExTail, wr_abort)));
+    s("offset ibv_qp_ex.wr_atomic_write", qx(offset_of!(QpExTail, wr_atomic_write)));
+    s("size ibv_data_buf", size_of::<DataBufC>());
+    s("offset ibv_data_buf.length", offset_of!(DataBufC, length));
+    s("size ibv_qp_init_attr_ex", size_of::<QpInitAttrExC>());
+    s("offset ibv_qp_init_attr_ex.cap", offset_of!(QpInitAttrExC, cap));
+    s("offset ibv_qp_init_attr_ex.qp_type", offset_of!(QpInitAttrExC, qp_type));
+    s("offset ibv_qp_init_attr_ex.sq_sig_all", offset_of!(QpInitAttrExC, sq_sig_all));
+    s("offset ibv_qp_init_attr_ex.comp_mask", offset_of!(QpInitAttrExC, comp_mask));
+    s("offset ibv_qp_init_attr_ex.pd", offset_of!(QpInitAttrExC, pd));
+    s("offset ibv_qp_init_attr_ex.xrcd", offset_of!(QpInitAttrExC, xrcd));
+    s("offset ibv_qp_init_attr_ex.create_flags", offset_of!(QpInitAttrExC, create_flags));
+    s("offset ibv_qp_init_attr_ex.max_tso_header", offset_of!(QpInitAttrExC, max_tso_header));
+    s("offset ibv_qp_init_attr_ex.rwq_ind_tbl", offset_of!(QpInitAttrExC, rwq_ind_tbl));
+    s("offset ibv_qp_init_attr_ex.rx_hash_conf", offset_of!(QpInitAttrExC, rx_hash_conf));
+    s("offset ibv_qp_init_attr_ex.source_qpn", offset_of!(QpInitAttrExC, source_qpn));
+    s("offset ibv_qp_init_attr_ex.send_ops_flags", offset_of!(QpInitAttrExC, send_ops_flags));
     m
 }
 
@@ -247,6 +288,11 @@ fn structs_match_the_c_headers() {
     for line in text.lines() {
         let (k, v) = line.rsplit_once(' ').expect("`key value`");
         let v: usize = v.parse().expect("a number");
+        if k == "size ibv_qp_ex" {
+            // rdma-core 44: 352 (no wr_flush); 360 from 56 (uroce's: qp_base and the tail)
+            assert!(v == 352 || v == size_of::<IbvQp>() + size_of::<QpExTail>(), "ibv_qp_ex is {v} bytes");
+            continue;
+        }
         if k == "size ibv_port_attr" {
             // rdma-core 44: 52 (no active_speed_ex); 56 from the version that added it
             assert!(v == 52 || v == size_of::<PortAttr>(), "ibv_port_attr is {v} bytes");

@@ -6,69 +6,14 @@
 //! `IBV_EVENT_QP_FATAL` each on `async_fd`. And two contexts share the device's engine:
 //! closing one releases everything it left there.
 
-use core::ffi::c_int;
 use core::ptr::null_mut;
 use uroce_verbs::abi::*;
 use uroce_verbs::datapath::*;
 use uroce_verbs::device::*;
 use uroce_verbs::events::*;
 
-// enum ibv_qp_attr_mask
-const STATE: c_int = 1;
-const ACCESS_FLAGS: c_int = 8;
-const PKEY_INDEX: c_int = 16;
-const PORT: c_int = 32;
-const AV: c_int = 128;
-const PATH_MTU: c_int = 256;
-const TIMEOUT: c_int = 512;
-const RETRY_CNT: c_int = 1024;
-const RNR_RETRY: c_int = 2048;
-const RQ_PSN: c_int = 4096;
-const MAX_QP_RD_ATOMIC: c_int = 8192;
-const MIN_RNR_TIMER: c_int = 32768;
-const SQ_PSN: c_int = 65536;
-const MAX_DEST_RD_ATOMIC: c_int = 131072;
-const DEST_QPN: c_int = 1 << 20;
-// access flags, send flags, opcodes
-const ALL_ACCESS: c_int = 1 | 2 | 4 | 8;
-const SIGNALED: u32 = 2;
-const SOLICITED: u32 = 4;
-const WR_RDMA_WRITE: c_int = 0;
-const WR_SEND_WITH_IMM: c_int = 3;
-
-/// RESET → INIT → RTR → RTS, connected to `dest` at `gid` (GID index 1 on both sides).
-unsafe fn connect(qp: *mut IbvQp, dest: u32, psn: u32, dest_psn: u32, gid: Gid) {
-    let mut a = QpAttrC { qp_state: 1, port_num: 1, qp_access_flags: ALL_ACCESS as u32, ..Default::default() };
-    assert_eq!(ibv_modify_qp(qp, &mut a, STATE | PKEY_INDEX | PORT | ACCESS_FLAGS), 0, "INIT");
-    let mut a = QpAttrC {
-        qp_state: 2,
-        path_mtu: 3,
-        dest_qp_num: dest,
-        rq_psn: dest_psn,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ..Default::default()
-    };
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh = GlobalRoute { dgid: gid, sgid_index: 1, hop_limit: 64, ..Default::default() };
-    let m = STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER;
-    assert_eq!(ibv_modify_qp(qp, &mut a, m), 0, "RTR");
-    let mut a = QpAttrC {
-        qp_state: 3,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        sq_psn: psn,
-        max_rd_atomic: 1,
-        ..Default::default()
-    };
-    assert_eq!(
-        ibv_modify_qp(qp, &mut a, STATE | TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC),
-        0,
-        "RTS"
-    );
-}
+mod common;
+use common::*;
 
 /// The device is `lo`, its engine on kernel UDP at a port of this process's own (one setting
 /// for the whole process: both tests set the same).

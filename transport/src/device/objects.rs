@@ -341,6 +341,30 @@ impl Device {
         self.with_qp(qpn, Instant::ZERO, |qp, ctx| qp.post_send(ctx, wr)).ok_or(VerbsError::NoSuchObject("QP"))?
     }
 
+    /// Post `wrs` all or none (`ibv_wr_complete`: the extended post-send API's batch): every
+    /// WR is checked as [`Device::post_send`] checks it, and the queue must have room for all,
+    /// before the first is queued. `prepare(i)` runs before WR `i` is queued (the library
+    /// stages inline data there). The error names the first WR that failed.
+    pub fn post_send_all(
+        &mut self,
+        qpn: u32,
+        wrs: &[SendWr<'_>],
+        mut prepare: impl FnMut(&mut Self, usize),
+    ) -> Result<(), (usize, VerbsError)> {
+        let qp = self.qps.get(&qpn).ok_or((0, VerbsError::NoSuchObject("QP")))?;
+        for (i, wr) in wrs.iter().enumerate() {
+            qp.check_send(wr).map_err(|e| (i, e))?;
+        }
+        if wrs.len() > qp.send_queue_room() {
+            return Err((qp.send_queue_room(), VerbsError::QueueFull));
+        }
+        for (i, wr) in wrs.iter().enumerate() {
+            prepare(self, i);
+            self.post_send(qpn, wr).map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
+
     /// `ibv_post_recv`.
     pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
         self.with_qp(qpn, Instant::ZERO, |qp, ctx| qp.post_recv(ctx, wr)).ok_or(VerbsError::NoSuchObject("QP"))?

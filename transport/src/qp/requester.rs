@@ -137,17 +137,20 @@ pub(crate) fn check_sges(mrs: &MrTable, pd: PdHandle, sges: &[Sge], need: Access
 }
 
 impl Qp {
-    /// Validate and queue a send WR (`ibv_post_send`).
-    pub(crate) fn post_send(&mut self, ctx: &mut Ctx<'_>, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+    /// Free send queue slots.
+    pub(crate) fn send_queue_room(&self) -> usize {
+        self.sq.depth.saturating_sub(self.sq.len())
+    }
+
+    /// Whether this QP accepts `wr` now (all of `ibv_post_send`'s checks but the queue's room):
+    /// `Ok(inline)`.
+    pub(crate) fn check_send(&self, wr: &SendWr<'_>) -> Result<bool, VerbsError> {
         match self.state {
             QpState::Rts | QpState::Sqd | QpState::Err => {}
             s => return Err(VerbsError::InvalidState(s)),
         }
         if wr.sg_list.len() > (self.cap.max_send_sge as usize).min(MAX_SGE) {
             return Err(VerbsError::InvalidArgument("num_sge exceeds max_send_sge"));
-        }
-        if self.sq.is_full() {
-            return Err(VerbsError::QueueFull);
         }
         let inline = wr.send_flags.contains(SendFlags::INLINE)
             && matches!(
@@ -195,6 +198,16 @@ impl Qp {
                 return Err(VerbsError::InvalidArgument("atomic remote address not 8-byte aligned"));
             }
         }
+        Ok(inline)
+    }
+
+    /// Validate and queue a send WR (`ibv_post_send`).
+    pub(crate) fn post_send(&mut self, ctx: &mut Ctx<'_>, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        let inline = self.check_send(wr)?;
+        if self.sq.is_full() {
+            return Err(VerbsError::QueueFull);
+        }
+        let length: u64 = wr.sg_list.iter().map(|s| s.length as u64).sum();
         // An inline SGE list is read now; a bad one fails the post (the data cannot be copied).
         let mut inline_err = false;
         let idx = self.sq.tail;
