@@ -88,8 +88,8 @@ pub struct VerbsContext {
     pub query_port: Option<QueryPortFn>,
     /// `advise_mr` … `query_rt_values` (24 slots).
     pub _ops_a: [usize; 24],
-    /// `create_cq_ex`.
-    pub create_cq_ex: usize,
+    /// `create_cq_ex` (the inline `ibv_create_cq_ex` calls it).
+    pub create_cq_ex: Option<unsafe extern "C" fn(*mut IbvContext, *mut CqInitAttrExC) -> *mut IbvCq>,
     /// `priv`.
     pub priv_: usize,
     /// `query_device_ex(ctx, input, attr, attr_size)`: what the inline `ibv_query_device_ex`
@@ -682,6 +682,76 @@ pub struct QpInitAttrExC {
     pub send_ops_flags: u64,
 }
 
+/// The members of `struct ibv_cq_ex` after those it shares with `struct ibv_cq` (its first
+/// 128 bytes): the current completion's status and `wr_id`, and the polling functions
+/// (`ibv_start_poll`, `ibv_wc_read_*` are static inlines calling these). 280 bytes in all.
+#[repr(C)]
+pub struct CqExTail {
+    /// `comp_mask`.
+    pub comp_mask: u32,
+    /// `status` of the current completion.
+    pub status: c_int,
+    /// `wr_id` of the current completion.
+    pub wr_id: u64,
+    /// `start_poll(cq, attr)`: 0, `ENOENT` when empty, or an errno.
+    pub start_poll: Option<unsafe extern "C" fn(*mut c_void, *mut u32) -> c_int>,
+    /// `next_poll(cq)`.
+    pub next_poll: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    /// `end_poll(cq)`.
+    pub end_poll: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// `read_opcode` (`enum ibv_wc_opcode`).
+    pub read_opcode: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    /// `read_vendor_err`.
+    pub read_vendor_err: Option<unsafe extern "C" fn(*mut c_void) -> u32>,
+    /// `read_byte_len`.
+    pub read_byte_len: Option<unsafe extern "C" fn(*mut c_void) -> u32>,
+    /// `read_imm_data` (network order).
+    pub read_imm_data: Option<unsafe extern "C" fn(*mut c_void) -> u32>,
+    /// `read_qp_num`.
+    pub read_qp_num: Option<unsafe extern "C" fn(*mut c_void) -> u32>,
+    /// `read_src_qp`.
+    pub read_src_qp: Option<unsafe extern "C" fn(*mut c_void) -> u32>,
+    /// `read_wc_flags`.
+    pub read_wc_flags: Option<unsafe extern "C" fn(*mut c_void) -> u32>,
+    /// `read_slid`.
+    pub read_slid: Option<unsafe extern "C" fn(*mut c_void) -> u32>,
+    /// `read_sl`.
+    pub read_sl: Option<unsafe extern "C" fn(*mut c_void) -> u8>,
+    /// `read_dlid_path_bits`.
+    pub read_dlid_path_bits: Option<unsafe extern "C" fn(*mut c_void) -> u8>,
+    /// `read_completion_ts`.
+    pub read_completion_ts: Option<unsafe extern "C" fn(*mut c_void) -> u64>,
+    /// `read_cvlan`.
+    pub read_cvlan: Option<unsafe extern "C" fn(*mut c_void) -> u16>,
+    /// `read_flow_tag`.
+    pub read_flow_tag: Option<unsafe extern "C" fn(*mut c_void) -> u32>,
+    /// `read_tm_info(cq, tm_info)`.
+    pub read_tm_info: Option<unsafe extern "C" fn(*mut c_void, *mut c_void)>,
+    /// `read_completion_wallclock_ns`.
+    pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(*mut c_void) -> u64>,
+}
+
+/// `struct ibv_cq_init_attr_ex` (56 bytes).
+#[repr(C)]
+pub struct CqInitAttrExC {
+    /// `cqe`.
+    pub cqe: u32,
+    /// `cq_context`.
+    pub cq_context: *mut c_void,
+    /// `channel`.
+    pub channel: *mut IbvCompChannel,
+    /// `comp_vector`.
+    pub comp_vector: u32,
+    /// `wc_flags` (`IBV_WC_EX_WITH_*`).
+    pub wc_flags: u64,
+    /// `comp_mask` (`IBV_CQ_INIT_ATTR_MASK_*`).
+    pub comp_mask: u32,
+    /// `flags` (`IBV_CREATE_CQ_ATTR_*`).
+    pub flags: u32,
+    /// `parent_domain`.
+    pub parent_domain: *mut c_void,
+}
+
 /// `struct ibv_sge` (16 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -796,6 +866,8 @@ mod tests {
         assert_eq!(size_of::<IbvQp>(), 160);
         assert_eq!(size_of::<QpInitAttrC>(), 64);
         assert_eq!(size_of::<QpExTail>(), 200);
+        assert_eq!(size_of::<IbvCq>() + size_of::<CqExTail>(), 288);
+        assert_eq!(size_of::<CqInitAttrExC>(), 56);
         assert_eq!(size_of::<QpInitAttrExC>(), 136);
         assert_eq!(offset_of!(QpInitAttrExC, comp_mask), 60);
         assert_eq!(offset_of!(QpInitAttrExC, send_ops_flags), 128);

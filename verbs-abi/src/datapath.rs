@@ -41,11 +41,20 @@ pub struct Mr {
     pub ibv: IbvMr,
 }
 
-/// A CQ.
+/// A CQ: `struct ibv_cq`, and after it the rest of `struct ibv_cq_ex` (for a CQ from
+/// `ibv_create_cq_ex`: [`crate::cq_ex`]).
 #[repr(C)]
 pub struct Cq {
     /// What the program sees.
     pub ibv: IbvCq,
+    /// `struct ibv_cq_ex`'s members after those of `struct ibv_cq`; the program reads
+    /// `status` and `wr_id` through its pointer while we write them (hence the cell).
+    pub ex: core::cell::UnsafeCell<CqExTail>,
+    /// The `IBV_WC_EX_WITH_*` fields the program asked for, with [`crate::cq_ex::EXTENDED`]
+    /// set for an extended CQ (0: made by `ibv_create_cq`).
+    pub wc_flags: u64,
+    /// The completion `ibv_start_poll`/`ibv_next_poll` made current.
+    pub current: std::sync::Mutex<WcC>,
     /// The engine's CQ.
     pub engine: CqHandle,
     /// Its completions, moved into a lock-free queue by whichever thread drives the port.
@@ -371,6 +380,18 @@ pub unsafe extern "C" fn ibv_create_cq(
     channel: *mut IbvCompChannel,
     comp_vector: c_int,
 ) -> *mut IbvCq {
+    create_cq(ctx, cqe, cq_context, channel, comp_vector, 0)
+}
+
+/// Create a CQ (`wc_flags`: an extended CQ's, else 0). NULL and `errno` on failure.
+pub(crate) fn create_cq(
+    ctx: *mut IbvContext,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut IbvCompChannel,
+    comp_vector: c_int,
+    wc_flags: u64,
+) -> *mut IbvCq {
     let (_, rt) = match rt_of(ctx) {
         Ok(x) => x,
         Err(e) => return fail(e),
@@ -398,7 +419,15 @@ pub unsafe extern "C" fn ibv_create_cq(
     ibv.handle = engine.0;
     ibv.cqe = cqe;
     ibv.channel = channel;
-    let cq = Box::into_raw(Box::new(Cq { ibv, engine, watch, events_read: AtomicU32::new(0) }));
+    let cq = Box::into_raw(Box::new(Cq {
+        ibv,
+        ex: core::cell::UnsafeCell::new(crate::cq_ex::ops()),
+        wc_flags,
+        current: Default::default(),
+        engine,
+        watch,
+        events_read: AtomicU32::new(0),
+    }));
     if let Some(s) = slot {
         s.store(cq as usize, std::sync::atomic::Ordering::Release);
         crate::events::attach(channel);
@@ -438,6 +467,23 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
     }
 }
 
+/// libibverbs' `struct ibv_wc` of an engine completion.
+pub(crate) fn wc_of(w: &WorkCompletion) -> WcC {
+    WcC {
+        wr_id: w.wr_id,
+        status: w.status as c_int,
+        opcode: w.opcode as c_int,
+        vendor_err: w.vendor_err,
+        byte_len: w.byte_len,
+        imm_data: w.imm_data,
+        qp_num: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: w.wc_flags.0,
+        pkey_index: w.pkey_index,
+        ..WcC::default()
+    }
+}
+
 /// `ops.poll_cq`: completions from the progress thread's lock-free queue.
 pub unsafe extern "C" fn poll_cq(cq: *mut c_void, n: c_int, wc: *mut c_void) -> c_int {
     let Some(c) = CQS.get(cq) else { return -libc::EINVAL };
@@ -452,19 +498,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut c_void, n: c_int, wc: *mut c_void) -> 
         let want = (n - done).min(buf.len());
         let got = rt.poll_watched(&c.watch, &mut buf[..want]);
         for (i, w) in buf[..got].iter().enumerate() {
-            let out = WcC {
-                wr_id: w.wr_id,
-                status: w.status as c_int,
-                opcode: w.opcode as c_int,
-                vendor_err: w.vendor_err,
-                byte_len: w.byte_len,
-                imm_data: w.imm_data,
-                qp_num: w.qp_num,
-                src_qp: w.src_qp,
-                wc_flags: w.wc_flags.0,
-                pkey_index: w.pkey_index,
-                ..WcC::default()
-            };
+            let out = wc_of(w);
             // SAFETY: `wc` holds `n` struct ibv_wc (the caller's array).
             unsafe { wc.cast::<WcC>().add(done + i).write(out) };
         }

@@ -225,6 +225,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext
     vctx.query_port = Some(query_port_op);
     vctx.query_device_ex = Some(query_device_ex_op);
     vctx.create_qp_ex = Some(crate::qp_ex::create_qp_ex_op);
+    vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex_op);
     vctx.sz = core::mem::size_of::<VerbsContext>();
     let c = &mut vctx.context;
     c.device = dev;

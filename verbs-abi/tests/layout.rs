@@ -70,6 +70,13 @@ int main(void) {
     O(ibv_qp_init_attr_ex, xrcd) O(ibv_qp_init_attr_ex, create_flags) O(ibv_qp_init_attr_ex, max_tso_header)
     O(ibv_qp_init_attr_ex, rwq_ind_tbl) O(ibv_qp_init_attr_ex, rx_hash_conf) O(ibv_qp_init_attr_ex, source_qpn)
     O(ibv_qp_init_attr_ex, send_ops_flags)
+    S(ibv_cq_ex) O(ibv_cq_ex, comp_events_completed) O(ibv_cq_ex, comp_mask) O(ibv_cq_ex, status)
+    O(ibv_cq_ex, wr_id) O(ibv_cq_ex, start_poll) O(ibv_cq_ex, end_poll) O(ibv_cq_ex, read_opcode)
+    O(ibv_cq_ex, read_wc_flags) O(ibv_cq_ex, read_dlid_path_bits) O(ibv_cq_ex, read_tm_info)
+    O(ibv_cq_ex, read_completion_wallclock_ns)
+    S(ibv_cq_init_attr_ex) O(ibv_cq_init_attr_ex, cq_context) O(ibv_cq_init_attr_ex, comp_vector)
+    O(ibv_cq_init_attr_ex, wc_flags) O(ibv_cq_init_attr_ex, comp_mask) O(ibv_cq_init_attr_ex, flags)
+    O(ibv_cq_init_attr_ex, parent_domain)
     return 0;
 }
 "#;
@@ -262,6 +269,27 @@ fn rust_layout() -> BTreeMap<String, usize> {
     s("offset ibv_qp_init_attr_ex.rx_hash_conf", offset_of!(QpInitAttrExC, rx_hash_conf));
     s("offset ibv_qp_init_attr_ex.source_qpn", offset_of!(QpInitAttrExC, source_qpn));
     s("offset ibv_qp_init_attr_ex.send_ops_flags", offset_of!(QpInitAttrExC, send_ops_flags));
+    // struct ibv_cq_ex = struct ibv_cq's members, then uroce's CqExTail.
+    let cx = |f: usize| size_of::<IbvCq>() + f;
+    s("size ibv_cq_ex", cx(size_of::<CqExTail>()));
+    s("offset ibv_cq_ex.comp_events_completed", offset_of!(IbvCq, comp_events_completed));
+    s("offset ibv_cq_ex.comp_mask", cx(offset_of!(CqExTail, comp_mask)));
+    s("offset ibv_cq_ex.status", cx(offset_of!(CqExTail, status)));
+    s("offset ibv_cq_ex.wr_id", cx(offset_of!(CqExTail, wr_id)));
+    s("offset ibv_cq_ex.start_poll", cx(offset_of!(CqExTail, start_poll)));
+    s("offset ibv_cq_ex.end_poll", cx(offset_of!(CqExTail, end_poll)));
+    s("offset ibv_cq_ex.read_opcode", cx(offset_of!(CqExTail, read_opcode)));
+    s("offset ibv_cq_ex.read_wc_flags", cx(offset_of!(CqExTail, read_wc_flags)));
+    s("offset ibv_cq_ex.read_dlid_path_bits", cx(offset_of!(CqExTail, read_dlid_path_bits)));
+    s("offset ibv_cq_ex.read_tm_info", cx(offset_of!(CqExTail, read_tm_info)));
+    s("offset ibv_cq_ex.read_completion_wallclock_ns", cx(offset_of!(CqExTail, read_completion_wallclock_ns)));
+    s("size ibv_cq_init_attr_ex", size_of::<CqInitAttrExC>());
+    s("offset ibv_cq_init_attr_ex.cq_context", offset_of!(CqInitAttrExC, cq_context));
+    s("offset ibv_cq_init_attr_ex.comp_vector", offset_of!(CqInitAttrExC, comp_vector));
+    s("offset ibv_cq_init_attr_ex.wc_flags", offset_of!(CqInitAttrExC, wc_flags));
+    s("offset ibv_cq_init_attr_ex.comp_mask", offset_of!(CqInitAttrExC, comp_mask));
+    s("offset ibv_cq_init_attr_ex.flags", offset_of!(CqInitAttrExC, flags));
+    s("offset ibv_cq_init_attr_ex.parent_domain", offset_of!(CqInitAttrExC, parent_domain));
     m
 }
 

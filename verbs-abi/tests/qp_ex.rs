@@ -5,7 +5,8 @@
 //! batch is posted all or none (an operation the QP was not created for, a set before any
 //! opcode, more WRs than the send queue holds: an errno from `ibv_wr_complete` and nothing on
 //! the wire); `ibv_wr_abort` drops a batch; creation refuses what uroce lacks; a foreign
-//! handle is ignored, never dereferenced.
+//! handle is ignored, never dereferenced. The QPs' CQ is an extended one (`ibv_create_cq_ex`),
+//! polled with `ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` and `ibv_wc_read_*`.
 
 use core::ffi::c_void;
 use core::ptr::null_mut;
@@ -32,7 +33,7 @@ fn init_ex(pd: *mut IbvPd, cq: *mut IbvCq, depth: u32, send_ops: u64) -> QpInitA
 }
 
 #[test]
-fn extended_qps_post_batches_all_or_none() {
+fn extended_qps_post_batches_all_or_none_and_an_extended_cq_polls_them() {
     std::env::set_var("UROCE_IFACES", "lo");
     std::env::set_var("UROCE_BACKEND", "udp");
     std::env::set_var("UROCE_UDP_PORT", (50000 + std::process::id() % 10000).to_string());
@@ -47,8 +48,23 @@ fn extended_qps_post_batches_all_or_none() {
         let mut gid = [0u8; 16];
         assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
         let pd = ibv_alloc_pd(ctx);
-        let cq = ibv_create_cq(ctx, 64, null_mut(), null_mut(), 0);
+        // The extended CQ: what creation refuses, then one with the standard fields.
+        let create_cq_ex = (*vctx).create_cq_ex.expect("the context's create_cq_ex op");
+        let mut ca: CqInitAttrExC = core::mem::zeroed();
+        (ca.cqe, ca.wc_flags) = (64, 1 << 7 /* IBV_WC_EX_WITH_COMPLETION_TIMESTAMP */);
+        assert!(create_cq_ex(ctx, &mut ca).is_null());
+        assert_eq!(errno(), libc::EOPNOTSUPP, "timestamps");
+        (ca.wc_flags, ca.comp_vector) = (0x7f, 1);
+        assert!(create_cq_ex(ctx, &mut ca).is_null());
+        assert_eq!(errno(), libc::EINVAL, "one completion vector");
+        ca.comp_vector = 0;
+        let cq = create_cq_ex(ctx, &mut ca);
         assert!(!pd.is_null() && !cq.is_null());
+        let cx = &*cq.cast::<u8>().add(size_of::<IbvCq>()).cast::<CqExTail>();
+        let c = cq.cast::<c_void>();
+        let (start_poll, next_poll, end_poll) = (cx.start_poll.unwrap(), cx.next_poll.unwrap(), cx.end_poll.unwrap());
+        let (read_opcode, read_qp_num) = (cx.read_opcode.unwrap(), cx.read_qp_num.unwrap());
+        assert_eq!(start_poll(c, null_mut()), libc::ENOENT, "empty");
 
         // What creation refuses.
         let mut a = init_ex(pd, cq, 4, WITH_RDMA_WRITE | WITH_BIND_MW);
@@ -82,16 +98,23 @@ fn extended_qps_post_batches_all_or_none() {
         let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), ALL_ACCESS);
         assert!(!mr.is_null());
         let (base, lkey, rkey) = (buf.as_ptr() as u64, (*mr).lkey, (*mr).rkey);
-        let poll = (*ctx).ops.poll_cq.unwrap();
-        // Every completion until `n` have come (or a million empty polls): their wr_ids.
+        // Every completion until `n` have come (or a million empty polls), through the
+        // extended CQ's polling functions: their wr_ids (each a successful WRITE of A's).
+        let qpn_a = (*qa).qp_num;
         let drain = |n: usize| {
             let mut ids = Vec::new();
-            let mut wc = [WcC::default(); 8];
             for _ in 0..1_000_000 {
-                let k = poll(cq.cast(), 8, wc.as_mut_ptr().cast());
-                for w in &wc[..k as usize] {
-                    assert_eq!(w.status, 0, "wr_id {}", w.wr_id);
-                    ids.push(w.wr_id);
+                let mut attr = 0u32;
+                let mut r = start_poll(c, &mut attr);
+                if r == 0 {
+                    while r == 0 {
+                        assert_eq!(cx.status, 0, "wr_id {}", cx.wr_id);
+                        assert_eq!((read_opcode(c), read_qp_num(c)), (1 /* IBV_WC_RDMA_WRITE */, qpn_a));
+                        ids.push(cx.wr_id);
+                        r = next_poll(c);
+                    }
+                    assert_eq!(r, libc::ENOENT);
+                    end_poll(c);
                 }
                 if ids.len() >= n {
                     break;
@@ -176,6 +199,8 @@ fn extended_qps_post_batches_all_or_none() {
         assert_eq!(complete(j), libc::EINVAL);
         assert!(junk.iter().all(|&b| b == 0), "never written");
         assert!(ibv_qp_to_qp_ex(j.cast()).is_null());
+        assert_eq!(start_poll(j, null_mut()), libc::EINVAL);
+        assert_eq!(read_qp_num(j), 0);
 
         assert_eq!(ibv_destroy_qp(qa), 0);
         assert_eq!(ibv_destroy_qp(qb), 0);
