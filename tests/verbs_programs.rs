@@ -240,8 +240,10 @@ fn stock_perftest_runs_infinitely() {
 }
 
 /// A program killed with SIGKILL while it holds the device (its engine started, AF_XDP socket
-/// open, XDP program attached through a BPF link) leaves nothing behind: the kernel releases
-/// the link (and the sockets) with the process, and the next program attaches again.
+/// open, XDP program attached through a BPF link the broker holds) leaves nothing behind: the
+/// kernel closes its connection to the broker, which, left with no process, exits and so
+/// releases the link, the map and the shared UMEM; nothing is pinned. The next program
+/// attaches again.
 #[test]
 fn a_killed_program_leaves_no_xdp_program_behind() {
     let Some(dir) = setup("verbs_programs::killed", &["ibv_rc_pingpong", "ss"]) else { return };
@@ -265,8 +267,13 @@ fn a_killed_program_leaves_no_xdp_program_behind() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(attached(), "uroce's XDP program is attached while the program runs");
+    // The program shares the interface (the default): the broker holds the XDP link, and
+    // leaves when its last process has gone.
+    let brokers = brokers_in(ns);
+    assert_eq!(brokers.len(), 1, "one broker holds the shared objects");
     server.kill().expect("SIGKILL");
     server.wait().expect("reap");
+    assert!(exits(brokers[0]), "the broker leaves with the killed process, its last");
     assert!(!attached(), "the XDP program went with the process");
     // and the interface is free for the next program: a pair runs on it at once
     let (c, _) = pair(&net, &dir, &["ibv_rc_pingpong", "-g", "1", "-n", "10", "-c"], 18515);
@@ -311,26 +318,26 @@ fn local_qpn(out: &str) -> u32 {
     u32::from_str_radix(hex.trim_start_matches("0x"), 16).expect("hex QPN")
 }
 
-/// Two processes on one interface (two MPI ranks on one host), on the kernel-UDP backend: two
-/// `ib_write_bw` clients in A, both on UDP port 4791 of A's one address, run at the same time
-/// to two servers in B that share B's port the same way. Each process owns a block of QP
-/// numbers, and the `SO_REUSEPORT` program gives every datagram to the process owning its
-/// destination QP: both timed runs (3 s each, started together) do work. One broker per
-/// namespace holds the steering while they run and leaves with the last of them.
-#[test]
-fn two_processes_on_one_interface_run_perftest_to_two_peers_at_once() {
-    let Some(dir) = setup("verbs_programs::two_processes", &["ib_write_bw", "ss"]) else { return };
-    let net = NetPair::create(&PairConfig { subnet: 138, ..PairConfig::new("vs", 1500) }).expect("veth pair");
-    let env = ["UROCE_BACKEND=udp"];
+/// Two processes on one interface (two MPI ranks on one host): two `ib_write_bw` clients in
+/// A, both on A's one address and veth, run at the same time to two servers in B that share
+/// B's interface the same way. Each process owns a block of QP numbers, and the kernel gives
+/// every frame to the process owning its destination QP — on kernel UDP an `SO_REUSEPORT`
+/// program (all four on UDP port 4791), on AF_XDP the XDP program redirecting to each
+/// process's own socket on the queue's shared UMEM. Both timed runs (3 s each, started
+/// together) do work. One broker per namespace holds what is shared while they run and leaves
+/// with the last of them.
+fn two_pairs_at_once(test: &str, subnet: u8, prefix: &str, env: &[&str]) {
+    let Some(dir) = setup(test, &["ib_write_bw", "ss"]) else { return };
+    let net = NetPair::create(&PairConfig { subnet, ..PairConfig::new(prefix, 1500) }).expect("veth pair");
     let run = |port: &'static str| vec!["ib_write_bw", "-p", port, "-D", "3", "-s", "4096", "-x", "1", "-F"];
     let (r1, r2) = (run("18515"), run("18516"));
-    let s1 = spawn(&net.b.ns, &net.b.ifname, &dir, &env, &r1, None);
-    let s2 = spawn(&net.b.ns, &net.b.ifname, &dir, &env, &r2, None);
+    let s1 = spawn(&net.b.ns, &net.b.ifname, &dir, env, &r1, None);
+    let s2 = spawn(&net.b.ns, &net.b.ifname, &dir, env, &r2, None);
     wait_listening(&net.b.ns, 18515, "first");
     wait_listening(&net.b.ns, 18516, "second");
     let peer = || Some(net.b.ip4.to_string());
-    let mut c1 = spawn(&net.a.ns, &net.a.ifname, &dir, &env, &r1, peer());
-    let mut c2 = spawn(&net.a.ns, &net.a.ifname, &dir, &env, &r2, peer());
+    let mut c1 = spawn(&net.a.ns, &net.a.ifname, &dir, env, &r1, peer());
+    let mut c2 = spawn(&net.a.ns, &net.a.ifname, &dir, env, &r2, peer());
     // The engines (and with them the brokers) start when the programs create their QPs.
     let mut seen = (Vec::new(), Vec::new());
     while (seen.0.is_empty() || seen.1.is_empty()) && (c1.running() || c2.running()) {
@@ -361,7 +368,7 @@ fn two_processes_on_one_interface_run_perftest_to_two_peers_at_once() {
             assert_eq!(table[0][0], 4096.0, "size:\n{out}");
             assert!(table[0][1] > 1000.0, "iterations:\n{out}");
             assert!(table[0][3] > 0.0, "bandwidth:\n{out}");
-            eprintln!("[verbs] two processes on one interface: {who}: {:?}", table[0]);
+            eprintln!("[verbs] two processes on one interface ({env:?}): {who}: {:?}", table[0]);
         }
     }
     // The two processes of each side own different blocks (neither 0: both share).
@@ -370,4 +377,14 @@ fn two_processes_on_one_interface_run_perftest_to_two_peers_at_once() {
         assert!(exits(pid), "broker {pid} leaves with its last process");
     }
     assert!(brokers_in(&net.a.ns).is_empty() && brokers_in(&net.b.ns).is_empty());
+}
+
+#[test]
+fn two_processes_on_one_interface_run_perftest_to_two_peers_at_once_over_udp() {
+    two_pairs_at_once("verbs_programs::two_processes_udp", 138, "vs", &["UROCE_BACKEND=udp"]);
+}
+
+#[test]
+fn two_processes_on_one_interface_run_perftest_to_two_peers_at_once_over_af_xdp() {
+    two_pairs_at_once("verbs_programs::two_processes_xdp", 139, "vx", &["UROCE_BACKEND=xdp"]);
 }

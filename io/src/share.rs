@@ -23,7 +23,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// Most fds the objects may have.
-pub const MAX_FDS: usize = 8;
+pub const MAX_FDS: usize = 32;
 /// Blocks handed out: 1..=255 (block 0 stays with processes that do not share).
 pub const MAX_TENANTS: usize = 255;
 const MAGIC: u32 = 0x7572_6f63; // "uroc"
@@ -43,8 +43,8 @@ pub struct Tenancy {
 }
 
 /// Join the processes sharing `name`, creating its objects with `create` (and the broker) if
-/// this is the first. `create` may run and its objects be dropped again when another process
-/// wins the race to start the broker.
+/// this is the first. Of processes racing to be first, exactly one creates (it holds the name
+/// while it does); the others join it.
 pub fn join(name: &str, mut create: impl FnMut() -> io::Result<Vec<OwnedFd>>) -> io::Result<Tenancy> {
     let addr = abstract_addr(name)?;
     let mut last = io::Error::other("no attempt");
@@ -60,10 +60,9 @@ pub fn join(name: &str, mut create: impl FnMut() -> io::Result<Vec<OwnedFd>>) ->
                 Err(e) => return Err(e),
             },
             Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNREFUSED) | Some(libc::ENOENT)) => {
-                let fds = create()?;
-                if fds.len() > MAX_FDS {
-                    return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many shared fds"));
-                }
+                // Claim the name first: one process creates the objects (an XDP program
+                // attaches to an interface once), the others wait in the listener's backlog
+                // for the broker to answer them.
                 let listener = match listen(&addr) {
                     Ok(l) => l,
                     Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => {
@@ -72,6 +71,10 @@ pub fn join(name: &str, mut create: impl FnMut() -> io::Result<Vec<OwnedFd>>) ->
                     }
                     Err(e) => return Err(e),
                 };
+                let fds = create()?;
+                if fds.len() > MAX_FDS {
+                    return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many shared fds"));
+                }
                 let (mine, theirs) = socketpair()?;
                 spawn_broker(&listener, &theirs, &fds)?;
                 drop((listener, theirs, fds));
@@ -174,7 +177,7 @@ fn handshake(conn: OwnedFd) -> io::Result<Tenancy> {
         return Err(io::Error::last_os_error());
     }
     let mut reply = [0u32; 4];
-    let mut ctrl = [0u64; 16];
+    let mut ctrl = [0u64; 24];
     let mut iov = libc::iovec { iov_base: reply.as_mut_ptr().cast(), iov_len: 16 };
     // SAFETY: msghdr is plain old data; the pointers set below outlive the call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -316,7 +319,12 @@ unsafe fn broker_main(keep: &[RawFd]) -> ! {
                 j += 1;
             }
             if live == 0 {
-                // The last process left: stop taking connections and release the objects.
+                // The last process left: release the objects (an XDP link detaches as its
+                // last fd closes), then stop taking connections, so that a process finding
+                // nobody listening can create them again at once.
+                for &o in &obj[..nobj.min(MAX_FDS)] {
+                    libc::close(o);
+                }
                 libc::close(listener);
                 libc::_exit(0);
             }
@@ -389,9 +397,9 @@ unsafe fn broker_main(keep: &[RawFd]) -> ! {
 unsafe fn answer(fd: RawFd, block: u32, fds: &[RawFd]) {
     // SAFETY: getpid has no preconditions.
     let mut reply = [MAGIC, block, fds.len() as u32, unsafe { libc::getpid() } as u32];
-    let mut ctrl = [0u64; 16];
+    let mut ctrl = [0u64; 24];
     // SAFETY: the header and buffers are on the stack; CMSG_* compute within `ctrl`, which
-    // is large enough for MAX_FDS descriptors.
+    // is large enough for MAX_FDS descriptors (CMSG_SPACE(128) = 144 bytes).
     unsafe {
         let mut iov = libc::iovec { iov_base: reply.as_mut_ptr().cast(), iov_len: 16 };
         let mut msg: libc::msghdr = core::mem::zeroed();

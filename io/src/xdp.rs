@@ -75,11 +75,23 @@ pub struct XdpOptions {
     pub frames: u32,
     /// Take every frame (`uroce switch`), not only RoCEv2 and PFC.
     pub all_frames: bool,
+    /// Share the interface with other uroce processes (two MPI ranks on one host): this
+    /// process gets a block of QP numbers and its own socket on every queue, all sharing each
+    /// queue's UMEM, and the program steers each frame by its destination QP's block
+    /// ([`XdpBackend::open_shared`]).
+    pub shared: bool,
 }
 
 impl Default for XdpOptions {
     fn default() -> Self {
-        XdpOptions { attach: AttachMode::Auto, bind: BindMode::Auto, queues: None, frames: 4096, all_frames: false }
+        XdpOptions {
+            attach: AttachMode::Auto,
+            bind: BindMode::Auto,
+            queues: None,
+            frames: 4096,
+            all_frames: false,
+            shared: false,
+        }
     }
 }
 
@@ -88,7 +100,10 @@ pub struct XdpBackend {
     // Field order is drop order: unregister-by-close the sockets, then detach the program.
     sockets: Vec<XskSocket>,
     /// Shared by the backends of every shard of a sharded runtime (detached when the last goes).
-    steering: Arc<XdpSteering>,
+    /// None when the interface is shared with other processes: then `share` holds the XSKMAP
+    /// and this process's QPN block, and the broker the program's link.
+    steering: Option<Arc<XdpSteering>>,
+    share: Option<(uroce_xdp_prog::XskMap, crate::share::Tenancy)>,
     ifname: String,
     scratch: Vec<u8>,
     tx_chunk: usize,
@@ -101,6 +116,9 @@ pub struct XdpBackend {
 impl XdpBackend {
     /// Attach the XDP program to `ifname` and bind an AF_XDP socket to each queue.
     pub fn open(ifname: &str, opts: &XdpOptions) -> io::Result<XdpBackend> {
+        if opts.shared {
+            return Self::open_shared(ifname, opts);
+        }
         let steering = Arc::new(Self::install_config(ifname, opts.attach, 1, opts.all_frames)?);
         let queues: Vec<u32> = match &opts.queues {
             Some(q) => q.clone(),
@@ -206,7 +224,8 @@ impl XdpBackend {
         let rx_frames = vec![0; sockets.len()];
         Ok(XdpBackend {
             sockets,
-            steering,
+            steering: Some(steering),
+            share: None,
             ifname: ifname.to_string(),
             scratch: vec![0; MAX_FRAME],
             tx_chunk,
@@ -219,6 +238,79 @@ impl XdpBackend {
     pub fn sockets(&self) -> &[XskSocket] {
         &self.sockets
     }
+
+    /// [`XdpBackend::open`] with [`XdpOptions::shared`]: join the uroce processes on `ifname`
+    /// ([`crate::share`], name `xdp/<ifname>`). The first creates what they share — the XDP
+    /// program steering by QPN block ([`ProgramConfig::by_block`]) attached through a link,
+    /// its XSKMAP, and for every queue a shared UMEM with its anchor socket
+    /// ([`crate::xsk::create_shared_queue`]) — and every process then binds a socket of its
+    /// own to each queue's UMEM and registers it at slot `queue * 256 + block`. The broker
+    /// holds the link, map and anchors; they go with the last process.
+    pub fn open_shared(ifname: &str, opts: &XdpOptions) -> io::Result<XdpBackend> {
+        use crate::xsk::{create_shared_queue, Geometry, MAX_XDP_TENANTS};
+        use std::os::fd::AsFd;
+        let err = |what: &str, e: &dyn std::fmt::Display| io::Error::other(format!("{ifname}: {what}: {e}"));
+        let link_mtu = uroce_xdp_prog::mtu(ifname).map_err(|e| err("MTU", &e))? as usize;
+        let multi_buffer = link_mtu > MAX_SINGLE_CHUNK_MTU;
+        let cfg = XskConfig { frame_count: opts.frames, mode: opts.bind, multi_buffer, ..XskConfig::default() };
+        let geom =
+            Geometry { chunk: cfg.chunk_size, headroom: cfg.headroom, tx_frames: cfg.frame_count - cfg.rx_frames };
+        let ifindex = uroce_xdp_prog::ifindex(ifname).map_err(|e| err("ifindex", &e))?;
+        let queues = rx_queues(ifname);
+        let tenancy = crate::share::join(&format!("xdp/{ifname}"), || {
+            let pcfg = ProgramConfig { frags: multi_buffer, by_block: true, ..Default::default() };
+            let st = XdpSteering::install(ifname, &pcfg, opts.attach).map_err(|e| err("attach the XDP program", &e))?;
+            if st.program().queues() < queues {
+                return Err(err("XSKMAP", &"fewer slots than queues"));
+            }
+            let mut fds = vec![
+                st.program().xsk_map().as_fd().try_clone_to_owned()?,
+                st.attachment().link_fd().try_clone_to_owned()?,
+            ];
+            for q in 0..queues {
+                let (memfd, anchor) = create_shared_queue(ifindex, q, &cfg, geom)
+                    .map_err(|e| err(&format!("shared UMEM of queue {q}"), &e))?;
+                fds.extend([memfd, anchor]);
+            }
+            tracing::info!(ifname, queues, mode = ?st.attachment().mode(), "XDP program for several processes attached");
+            Ok(fds)
+        })?;
+        let block = u32::from(tenancy.block);
+        if block > MAX_XDP_TENANTS || tenancy.fds.len() != 2 + 2 * queues as usize {
+            return Err(err(
+                "sharing",
+                &format!("at most {MAX_XDP_TENANTS} processes share an interface's AF_XDP queues"),
+            ));
+        }
+        let map = uroce_xdp_prog::XskMap::from_fd(tenancy.fds[0].try_clone()?, queues * uroce_xdp_prog::BLOCK_SLOTS);
+        let mut sockets = Vec::new();
+        for q in 0..queues {
+            let (memfd, anchor) = (&tenancy.fds[2 + 2 * q as usize], &tenancy.fds[3 + 2 * q as usize]);
+            let s = XskSocket::join_shared(ifindex, q, &cfg, geom, memfd.as_fd(), anchor.as_fd(), block - 1)
+                .map_err(|e| err(&format!("AF_XDP socket on queue {q}"), &e))?;
+            map.insert(q * uroce_xdp_prog::BLOCK_SLOTS + block, s.as_fd())
+                .map_err(|e| err("register the socket in the XSKMAP", &e))?;
+            sockets.push(s);
+        }
+        tracing::info!(
+            ifname,
+            queues,
+            block,
+            "AF_XDP sockets bound, sharing the interface: this process owns QPNs {block:#04x}xxxx"
+        );
+        let tx_chunk = sockets.first().map_or(0, |s| s.umem().tx_capacity() as usize);
+        let rx_frames = vec![0; sockets.len()];
+        Ok(XdpBackend {
+            sockets,
+            steering: None,
+            share: Some((map, tenancy)),
+            ifname: ifname.to_string(),
+            scratch: vec![0; MAX_FRAME],
+            tx_chunk,
+            focus: None,
+            rx_frames,
+        })
+    }
 }
 
 impl Backend for XdpBackend {
@@ -230,7 +322,11 @@ impl Backend for XdpBackend {
             self.sockets.len(),
             if self.sockets.len() == 1 { "" } else { "s" },
             if zc { "zero-copy" } else { "copy" },
-            self.steering.attachment().mode()
+            match (&self.steering, &self.share) {
+                (Some(st), _) => format!("{:?}", st.attachment().mode()),
+                (None, Some((_, t))) => format!("shared, QPN block {:#04x}", t.block),
+                (None, None) => "no".to_string(),
+            }
         )
     }
 
@@ -369,6 +465,10 @@ impl Backend for XdpBackend {
 
     fn queue_rx_frames(&self) -> Vec<u64> {
         self.rx_frames.clone()
+    }
+
+    fn qpn_block(&self) -> Option<u8> {
+        self.share.as_ref().map(|(_, t)| t.block)
     }
 }
 

@@ -5,8 +5,8 @@
 //!
 //! The backend is AF_XDP when the process may attach XDP programs (root) and kernel UDP
 //! otherwise; `UROCE_BACKEND=xdp|udp` chooses (`UROCE_UDP_PORT`: the UDP backend's port, 4791
-//! by default; shared by every uroce process on the address, each owning a block of QP
-//! numbers: `uroce_io::share`). `UROCE_PCAP=FILE` captures every frame; `UROCE_QUIRKS=retry_cnt_7_infinite`
+//! by default). Either backend shares the interface with every other uroce process on it, each
+//! owning a block of QP numbers (`uroce_io::share`; `UROCE_SHARE=0`: this process alone). `UROCE_PCAP=FILE` captures every frame; `UROCE_QUIRKS=retry_cnt_7_infinite`
 //! retries forever at `retry_cnt` 7, as rxe does.
 //!
 //! Each call translates libibverbs' structs to the engine's verbs types (same names, same
@@ -125,9 +125,9 @@ pub fn start_runtime(dev: &'static crate::device::Device) -> Result<Runtime, c_i
     let iface = &dev.iface;
     let backend = match std::env::var("UROCE_BACKEND").as_deref() {
         Ok("udp") => udp(),
-        Ok("xdp") => BackendKind::Xdp(Default::default()),
+        Ok("xdp") => xdp(),
         // SAFETY: geteuid has no preconditions.
-        _ if unsafe { libc::geteuid() } == 0 => BackendKind::Xdp(Default::default()),
+        _ if unsafe { libc::geteuid() } == 0 => xdp(),
         _ => udp(),
     };
     let local_ip = iface.ipv4.first().map(|a| IpAddr::V4(*a)).or_else(|| iface.addresses().first().copied());
@@ -167,12 +167,24 @@ fn env_quirks(dc: &mut uroce_transport::DeviceConfig) {
     dc.quirks.retry_cnt_7_infinite |= q.split(',').any(|s| s.trim() == "retry_cnt_7_infinite");
 }
 
+/// Whether this process shares its interface with other uroce processes (`UROCE_SHARE=0`:
+/// it takes the interface alone, as before several processes could share it).
+fn sharing() -> bool {
+    std::env::var("UROCE_SHARE").as_deref() != Ok("0")
+}
+
+/// AF_XDP, sharing the interface with the other uroce processes on it (each owns a block of
+/// QP numbers: `uroce_io::xdp::XdpBackend::open_shared`) unless `UROCE_SHARE=0`.
+fn xdp() -> BackendKind {
+    BackendKind::Xdp(uroce_io::xdp::XdpOptions { shared: sharing(), ..Default::default() })
+}
+
 /// Kernel UDP on 4791 (`UROCE_UDP_PORT` for another), shared with the other uroce processes
 /// on the address when this one may load BPF programs (root; `UROCE_SHARE=0` turns it off).
 fn udp() -> BackendKind {
     let port = std::env::var("UROCE_UDP_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(4791);
     // SAFETY: geteuid has no preconditions.
-    let shared = std::env::var("UROCE_SHARE").as_deref() != Ok("0") && unsafe { libc::geteuid() } == 0;
+    let shared = sharing() && unsafe { libc::geteuid() } == 0;
     BackendKind::Udp { port, gso: false, gro: false, shared }
 }
 

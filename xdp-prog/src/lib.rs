@@ -117,5 +117,5 @@ pub use loader::{
     channels, ifindex, load_insns, mtu, test_run_fd, AttachMode, AttachedMode, Attachment, Channels, TestRun,
     XdpProgram, XdpSteering, XskMap, MAX_MTU_WITHOUT_FRAGS,
 };
-pub use program::{assemble, ProgramConfig, XdpAction, MAX_SHARDS, ROCEV2_UDP_PORT};
+pub use program::{assemble, ProgramConfig, XdpAction, BLOCK_SLOTS, MAX_SHARDS, ROCEV2_UDP_PORT};
 pub use reuseport::ReuseportSteering;

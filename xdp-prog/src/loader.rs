@@ -60,6 +60,12 @@ impl XskMap {
         Ok(XskMap { fd, max_entries })
     }
 
+    /// An XSKMAP another process created (its fd received over a Unix socket), of
+    /// `max_entries` slots.
+    pub fn from_fd(fd: OwnedFd, max_entries: u32) -> Self {
+        XskMap { fd, max_entries }
+    }
+
     /// Number of slots.
     pub fn max_entries(&self) -> u32 {
         self.max_entries
@@ -178,10 +184,11 @@ impl XdpProgram {
     /// must be in 1..=[`crate::MAX_SHARDS`].
     pub fn load(config: &ProgramConfig, queues: u32) -> Result<Self, Error> {
         if !config.shards_valid() {
-            return Err(Error::InvalidArgument("ProgramConfig::shards must be in 1..=64"));
+            return Err(Error::InvalidArgument("ProgramConfig::shards must be in 1..=64 (1 with by_block)"));
         }
-        let entries =
-            queues.checked_mul(config.shards).ok_or(Error::InvalidArgument("queues * shards overflows u32"))?;
+        let entries = queues
+            .checked_mul(config.slots_per_queue())
+            .ok_or(Error::InvalidArgument("queues * slots per queue overflows u32"))?;
         let map = XskMap::create("uroce_xsks", entries)?;
         let prog = assemble(config, map.fd.as_raw_fd());
         let fd = load_insns(&prog.insns, "uroce_xdp", config.frags)?;
@@ -209,14 +216,14 @@ impl XdpProgram {
 
     /// Number of RX queues the XSKMAP has slots for (its size divided by the shard count).
     pub fn queues(&self) -> u32 {
-        self.map.max_entries() / self.config.shards
+        self.map.max_entries() / self.config.slots_per_queue()
     }
 
     /// The XSKMAP slot for shard `shard`'s socket on RX queue `queue`: `queue * shards +
     /// shard` ([`ProgramConfig::slot`]), checked against the shard count and the map size.
     pub fn slot(&self, queue: u32, shard: u32) -> Result<u32, Error> {
-        if shard >= self.config.shards {
-            return Err(Error::InvalidArgument("shard >= ProgramConfig::shards"));
+        if shard >= self.config.slots_per_queue() {
+            return Err(Error::InvalidArgument("shard >= the slots per queue"));
         }
         if queue >= self.queues() {
             return Err(Error::InvalidArgument("queue >= the XSKMAP's queue count"));

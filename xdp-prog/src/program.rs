@@ -93,7 +93,15 @@ pub struct ProgramConfig {
     /// Redirect every frame, whatever it carries, to `XSKMAP[rx_queue_index]` (`uroce switch`
     /// forwards ARP and TCP too); `udp_port` and `shards` are then ignored.
     pub all_frames: bool,
+    /// Several processes on the interface, each owning a block of QPNs (`dest_qpn >> 16`,
+    /// 1..=255; `uroce_io::share`): redirect to slot `rx_queue_index * 256 + (dest_qpn >> 16)`
+    /// ([`BLOCK_SLOTS`] per queue); `shards` must be 1. PFC frames and block 0 (QP1's) find no
+    /// socket there: the fallback.
+    pub by_block: bool,
 }
+
+/// XSKMAP slots per RX queue with [`ProgramConfig::by_block`]: one per QPN block.
+pub const BLOCK_SLOTS: u32 = 256;
 
 impl Default for ProgramConfig {
     fn default() -> Self {
@@ -103,6 +111,7 @@ impl Default for ProgramConfig {
             frags: false,
             shards: 1,
             all_frames: false,
+            by_block: false,
         }
     }
 }
@@ -112,7 +121,17 @@ impl ProgramConfig {
     /// shard`. With one shard this is `queue`. No range check (see
     /// [`crate::XdpProgram::slot`] for the checked version).
     pub fn slot(&self, queue: u32, shard: u32) -> u32 {
-        queue * self.shards + shard
+        queue * self.slots_per_queue() + shard
+    }
+
+    /// XSKMAP slots per RX queue: `shards`, or [`BLOCK_SLOTS`] with `by_block` (a "shard"
+    /// is then a QPN block).
+    pub fn slots_per_queue(&self) -> u32 {
+        if self.by_block {
+            BLOCK_SLOTS
+        } else {
+            self.shards
+        }
     }
 
     /// The shard that owns QPN `qpn` (24-bit destination QP): `qpn % shards`.
@@ -120,9 +139,9 @@ impl ProgramConfig {
         (qpn & 0x00ff_ffff) % self.shards.max(1)
     }
 
-    /// True if `shards` is in 1..=[`MAX_SHARDS`].
+    /// True if `shards` is in 1..=[`MAX_SHARDS`] (and 1 with `by_block`).
     pub fn shards_valid(&self) -> bool {
-        (1..=MAX_SHARDS).contains(&self.shards)
+        (1..=MAX_SHARDS).contains(&self.shards) && (!self.by_block || self.shards == 1)
     }
 }
 
@@ -142,7 +161,7 @@ fn net16(v: u16) -> i32 {
 pub fn assemble(cfg: &ProgramConfig, map_fd: i32) -> Assembled {
     use Reg::*;
     assert!(cfg.shards_valid(), "ProgramConfig::shards = {} is not in 1..={MAX_SHARDS}", cfg.shards);
-    let sharded = cfg.shards > 1;
+    let sharded = cfg.shards > 1 || cfg.by_block;
     let mut a = Asm::new();
     if cfg.all_frames {
         a.comment("r6 = ctx").mov64_reg(R6, R1);
@@ -249,14 +268,18 @@ pub fn assemble(cfg: &ProgramConfig, map_fd: i32) -> Assembled {
         a.alu64_reg(Alu::Or, R4, R5);
         a.comment("r5 = dest QP bits 7..0").load(Size::B, R5, R2, bth as i16 + BTH_DEST_QP + 2);
         a.comment("r4 = dest QPN").alu64_reg(Alu::Or, R4, R5);
-        a.comment("r4 = shard = dest QPN % shards").alu64_imm(Alu::Mod, R4, cfg.shards as i32);
+        if cfg.by_block {
+            a.comment("r4 = block = dest QPN >> 16").alu64_imm(Alu::Rsh, R4, 16);
+        } else {
+            a.comment("r4 = shard = dest QPN % shards").alu64_imm(Alu::Mod, R4, cfg.shards as i32);
+        }
     }
     a.bind(redirect);
     a.comment("r1 = &xsks_map").ld_map_fd(R1, map_fd);
     a.comment("r2 = ctx->rx_queue_index").load(Size::W, R2, R6, XDP_MD_RX_QUEUE_INDEX);
     if sharded {
-        a.alu64_imm(Alu::Mul, R2, cfg.shards as i32);
-        a.comment("r2 = slot = queue * shards + shard").alu64_reg(Alu::Add, R2, R4);
+        a.alu64_imm(Alu::Mul, R2, cfg.slots_per_queue() as i32);
+        a.comment("r2 = slot = queue * slots per queue + shard").alu64_reg(Alu::Add, R2, R4);
     }
     a.comment("r3 = action if the slot is empty").mov64_imm(R3, cfg.fallback as i32);
     let call = if sharded { "bpf_redirect_map(map, slot, fallback)" } else { "bpf_redirect_map(map, queue, fallback)" };
@@ -287,6 +310,11 @@ mod tests {
                 "listing-sharded.txt",
                 include_str!("listing-sharded.txt"),
             ),
+            (
+                ProgramConfig { by_block: true, ..ProgramConfig::default() },
+                "listing-by-block.txt",
+                include_str!("listing-by-block.txt"),
+            ),
         ];
         for (cfg, file, stored) in cases {
             let listing = assemble(&cfg, 0).listing();
@@ -302,7 +330,14 @@ mod tests {
     fn config_changes_only_the_port_and_fallback_immediates() {
         let a = assemble(&ProgramConfig::default(), 3);
         let b = assemble(
-            &ProgramConfig { udp_port: 1234, fallback: XdpAction::Drop, frags: true, shards: 1, all_frames: false },
+            &ProgramConfig {
+                udp_port: 1234,
+                fallback: XdpAction::Drop,
+                frags: true,
+                shards: 1,
+                all_frames: false,
+                by_block: false,
+            },
             3,
         );
         assert_eq!(a.insns.len(), b.insns.len());

@@ -367,3 +367,54 @@ fn install_sizes_the_map_for_all_shards() {
         assert!(matches!(s.register(last + 1, xsk.fd()), Err(Error::InvalidArgument(_))));
     });
 }
+
+/// The program for several processes (`by_block`): slot `queue * 256 + (qpn >> 16)`, so the
+/// socket of QPN block `b` on queue `q` receives exactly the frames received on `q` whose
+/// destination QP is in block `b`; PFC frames and block 0 find no socket (fallback).
+#[test]
+fn by_block_slot_is_queue_times_256_plus_qpn_block() {
+    if !privileged("by_block_slot_is_queue_times_256_plus_qpn_block") {
+        return;
+    }
+    let ns = veth_ns("sb");
+    ns.run(|| {
+        let idx = ifindex(DEV).unwrap();
+        let xsk = Xsk::bind(idx, 0);
+        let cfg = ProgramConfig { fallback: XdpAction::Drop, by_block: true, ..ProgramConfig::default() };
+        let p = XdpProgram::load(&cfg, QUEUES).expect("load the by-block program");
+        assert_eq!(p.xsk_map().max_entries(), QUEUES * 256);
+        let blocks = [0x01_0000u32, 0x01_ffff, 0x02_0000, 0x02_0011, 0x07_1234, 0xff_ffff, 0x00_0001];
+        let mut failures = Vec::new();
+        for (q, b) in [(0u32, 1u32), (0, 2), (1, 2), (3, 255)] {
+            let slot = p.slot(q, b).unwrap();
+            assert_eq!(slot, q * 256 + b);
+            p.xsk_map().insert(slot, xsk.fd()).unwrap();
+            for rxq in 0..QUEUES {
+                for qpn in blocks {
+                    for (name, frame, _) in frames(qpn) {
+                        let hit = rxq == q && qpn >> 16 == b;
+                        let want = if hit { XdpAction::Redirect } else { XdpAction::Drop };
+                        let got = action(p.test_run_on_queue(&frame, idx, rxq), name);
+                        if got != want {
+                            failures.push(format!(
+                                "socket in slot {slot} (q{q}, block {b}), rx queue {rxq}, {name} qpn {qpn:#x}: \
+                                 {got:?}, want {want:?}"
+                            ));
+                        }
+                    }
+                }
+            }
+            for (name, frame) in non_roce() {
+                let got = action(p.test_run(&frame), name);
+                if got != XdpAction::Pass {
+                    failures.push(format!("{name}: {got:?}, want Pass"));
+                }
+            }
+            p.xsk_map().remove(slot).unwrap();
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        // Shards inside a block are not offered.
+        let e = XdpProgram::load(&ProgramConfig { shards: 2, ..cfg }, 1).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    });
+}

@@ -285,7 +285,14 @@ fn other_port_and_fallback_are_parameters() {
         return;
     }
     let p = XdpProgram::load(
-        &ProgramConfig { udp_port: 5555, fallback: XdpAction::Aborted, frags: true, shards: 1, all_frames: false },
+        &ProgramConfig {
+            udp_port: 5555,
+            fallback: XdpAction::Aborted,
+            frags: true,
+            shards: 1,
+            all_frames: false,
+            by_block: false,
+        },
         1,
     )
     .expect("load frags program");

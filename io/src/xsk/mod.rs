@@ -49,5 +49,8 @@ pub mod umem;
 
 pub use config::{BindMode, RingKind, XskConfig, XskCounters, XskError, XskStatistics, XskStep};
 pub use ring::{XdpDesc, XDP_PKT_CONTD};
-pub use socket::{RxBatch, RxPacket, TxFrame, XskSocket};
+pub use socket::{
+    create_shared_queue, Geometry, RxBatch, RxPacket, TxFrame, XskSocket, MAX_XDP_TENANTS, SHARED_RX_FRAMES,
+    SHARED_RX_RING,
+};
 pub use umem::{Umem, XDP_PACKET_HEADROOM};

@@ -132,6 +132,17 @@ impl<T: Copy> Producer<T> {
     }
 
     /// Ring capacity.
+    /// Take up the ring where another producer left it: a ring shared by several processes
+    /// (the fill ring of a shared UMEM, `XDP_SHARED_UMEM`), each producing only under a lock
+    /// they share. Call it with that lock held, before reserving.
+    pub fn resync(&mut self) {
+        debug_assert_eq!(self.unsubmitted(), 0, "resync with unsubmitted entries");
+        let prod = self.ring.producer().load(Ordering::Acquire);
+        self.cached_prod = prod;
+        self.published = prod;
+        self.cached_cons = self.ring.consumer().load(Ordering::Acquire).wrapping_add(self.ring.size);
+    }
+
     pub fn size(&self) -> u32 {
         self.ring.size
     }
@@ -240,6 +251,16 @@ impl<T: Copy> Consumer<T> {
     }
 
     /// Ring capacity.
+    /// Take up the ring where another consumer left it (the completion ring of a shared
+    /// UMEM); as [`Producer::resync`], under the consumers' shared lock.
+    pub fn resync(&mut self) {
+        debug_assert_eq!(self.unreleased(), 0, "resync with unreleased entries");
+        let cons = self.ring.consumer().load(Ordering::Acquire);
+        self.cached_cons = cons;
+        self.released = cons;
+        self.cached_prod = self.ring.producer().load(Ordering::Acquire);
+    }
+
     pub fn size(&self) -> u32 {
         self.ring.size
     }

@@ -20,6 +20,9 @@ use super::config::*;
 use super::ring::{CompletionRing, Consumer, FillRing, Producer, RingLayout, RxRing, TxRing, XdpDesc, XDP_PKT_CONTD};
 use super::umem::Umem;
 
+mod shared;
+pub use shared::{create_shared_queue, Geometry, MAX_XDP_TENANTS, SHARED_RX_FRAMES, SHARED_RX_RING};
+
 /// `XDP_MAX_TX_SKB_BUDGET` (Linux ≥ 6.17): per-`sendto` TX budget in copy mode.
 const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
 
@@ -89,6 +92,8 @@ pub struct XskSocket {
     tx_outstanding: u32,
     tx_budget: Option<u32>,
     counters: XskCounters,
+    /// The lock and return stacks of a UMEM shared with other processes ([`shared`]).
+    shared: Option<shared::Share>,
 }
 
 impl std::fmt::Debug for XskSocket {
@@ -264,6 +269,37 @@ fn open_once(umem: &Umem, ifindex: u32, queue_id: u32, cfg: &XskConfig, flags: u
     Ok(Parts { fd, fill, comp, rx, tx })
 }
 
+/// Open with `open(flags)` in `mode`: zero-copy, copy, or zero-copy falling back to copy when
+/// the driver refuses it (logged).
+fn bind_in_mode(
+    mode: BindMode,
+    ifindex: u32,
+    queue_id: u32,
+    open: impl Fn(u16) -> Result<Parts, OpenError>,
+) -> Result<Parts, XskError> {
+    match mode {
+        BindMode::ZeroCopy => open(libc::XDP_ZEROCOPY).map_err(|e| match e {
+            OpenError::Bind(e) => XskError::Bind { zero_copy: Some(e), copy: None },
+            OpenError::Other(e) => e,
+        }),
+        BindMode::Copy => open(libc::XDP_COPY).map_err(|e| match e {
+            OpenError::Bind(e) => XskError::Bind { zero_copy: None, copy: Some(e) },
+            OpenError::Other(e) => e,
+        }),
+        BindMode::Auto => match open(libc::XDP_ZEROCOPY) {
+            Ok(p) => Ok(p),
+            Err(OpenError::Other(e)) => Err(e),
+            Err(OpenError::Bind(zc)) => {
+                tracing::info!(ifindex, queue_id, error = %zc, "AF_XDP zero-copy bind refused by the driver; using copy mode");
+                open(libc::XDP_COPY).map_err(|e| match e {
+                    OpenError::Bind(copy) => XskError::Bind { zero_copy: Some(zc), copy: Some(copy) },
+                    OpenError::Other(e) => e,
+                })
+            }
+        },
+    }
+}
+
 /// Take complete packets (up to `max_packets`) from the RX ring: descriptors go to `descs`,
 /// `[start, end)` ranges into `descs` to `packets`. A trailing packet whose last descriptor
 /// (the one without `XDP_PKT_CONTD`) is not on the ring yet is left there. Packets with a
@@ -335,33 +371,8 @@ impl XskSocket {
         if cfg.multi_buffer {
             base |= libc::XDP_USE_SG;
         }
-        let open = |flags| open_once(&umem, ifindex, queue_id, cfg, flags);
-        let parts = match cfg.mode {
-            BindMode::ZeroCopy => open(base | libc::XDP_ZEROCOPY).map_err(|e| match e {
-                OpenError::Bind(e) => XskError::Bind { zero_copy: Some(e), copy: None },
-                OpenError::Other(e) => e,
-            })?,
-            BindMode::Copy => open(base | libc::XDP_COPY).map_err(|e| match e {
-                OpenError::Bind(e) => XskError::Bind { zero_copy: None, copy: Some(e) },
-                OpenError::Other(e) => e,
-            })?,
-            BindMode::Auto => match open(base | libc::XDP_ZEROCOPY) {
-                Ok(p) => p,
-                Err(OpenError::Other(e)) => return Err(e),
-                Err(OpenError::Bind(zc)) => {
-                    tracing::info!(
-                        ifindex,
-                        queue_id,
-                        error = %zc,
-                        "AF_XDP zero-copy bind refused by the driver; using copy mode"
-                    );
-                    open(base | libc::XDP_COPY).map_err(|e| match e {
-                        OpenError::Bind(copy) => XskError::Bind { zero_copy: Some(zc), copy: Some(copy) },
-                        OpenError::Other(e) => e,
-                    })?
-                }
-            },
-        };
+        let parts =
+            bind_in_mode(cfg.mode, ifindex, queue_id, |flags| open_once(&umem, ifindex, queue_id, cfg, base | flags))?;
 
         let mut sock = XskSocket {
             fill: parts.fill,
@@ -384,6 +395,7 @@ impl XskSocket {
             tx_budget: None,
             counters: XskCounters::default(),
             umem,
+            shared: None,
         };
         sock.zero_copy = sock.query_zero_copy()?;
         if let Some(budget) = cfg.tx_budget {
@@ -491,10 +503,15 @@ impl XskSocket {
         if len == 0 {
             return 0;
         }
-        let free = self.fill.0.free(len as u32) as usize;
-        let m = free.min(len);
-        let n = self.fill.produce(&self.fill_pending[len - m..]);
-        self.fill_pending.truncate(len - n);
+        let n = if self.shared.is_some() {
+            self.refill_shared()
+        } else {
+            let free = self.fill.0.free(len as u32) as usize;
+            let m = free.min(len);
+            let n = self.fill.produce(&self.fill_pending[len - m..]);
+            self.fill_pending.truncate(len - n);
+            n
+        };
         if n > 0 && self.need_wakeup && self.fill.needs_wakeup() {
             self.wake_rx();
         }
@@ -733,6 +750,9 @@ impl XskSocket {
 
     /// Move completed TX frames back to the free list. Returns how many.
     pub fn reclaim(&mut self) -> usize {
+        if self.shared.is_some() {
+            return self.reclaim_shared();
+        }
         self.comp_scratch.clear();
         let n = self.comp.consume(self.comp.0.size(), &mut self.comp_scratch);
         for &a in &self.comp_scratch {

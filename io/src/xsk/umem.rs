@@ -49,6 +49,30 @@ impl Umem {
     /// between 2048 and the page size; `headroom` is reserved at the start of every chunk
     /// (the kernel adds `XDP_PACKET_HEADROOM` on RX on top of it).
     pub fn new(frame_count: u32, chunk_size: u32, headroom: u32) -> io::Result<Self> {
+        Self::check(frame_count, chunk_size, headroom)?;
+        let len = frame_count as usize * chunk_size as usize;
+        // Private anonymous memory, page aligned by mmap; populated up front so the
+        // kernel's pin at XDP_UMEM_REG does not fault pages in one by one.
+        let mem = MmapOptions::new().len(len).populate().map_anon()?;
+        Ok(Umem { mem: MmapRaw::from(mem), chunk_size, frame_count, headroom })
+    }
+
+    /// The same geometry over the first `frame_count * chunk_size` bytes of the shared memory
+    /// `fd` (a memfd several processes map: a shared UMEM, `XDP_SHARED_UMEM`). Chunk
+    /// addresses are offsets, so each process may map it anywhere.
+    pub fn shared(
+        fd: std::os::fd::BorrowedFd<'_>,
+        frame_count: u32,
+        chunk_size: u32,
+        headroom: u32,
+    ) -> io::Result<Self> {
+        Self::check(frame_count, chunk_size, headroom)?;
+        let len = frame_count as usize * chunk_size as usize;
+        let mem = MmapOptions::new().len(len).populate().map_raw(std::os::fd::AsRawFd::as_raw_fd(&fd))?;
+        Ok(Umem { mem, chunk_size, frame_count, headroom })
+    }
+
+    fn check(frame_count: u32, chunk_size: u32, headroom: u32) -> io::Result<()> {
         let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
         if !chunk_size.is_power_of_two() || chunk_size < MIN_CHUNK_SIZE || chunk_size as usize > page_size() {
             return Err(invalid("chunk_size must be a power of two in 2048..=page size"));
@@ -59,11 +83,7 @@ impl Umem {
         if frame_count == 0 {
             return Err(invalid("frame_count must be > 0"));
         }
-        let len = frame_count as usize * chunk_size as usize;
-        // Private anonymous memory, page aligned by mmap; populated up front so the
-        // kernel's pin at XDP_UMEM_REG does not fault pages in one by one.
-        let mem = MmapOptions::new().len(len).populate().map_anon()?;
-        Ok(Umem { mem: MmapRaw::from(mem), chunk_size, frame_count, headroom })
+        Ok(())
     }
 
     /// Chunk size in bytes.
