@@ -278,8 +278,13 @@ impl XskSocket {
         let mut aoff: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
         getsockopt(anchor.as_fd(), libc::XDP_MMAP_OFFSETS, &mut aoff).map_err(os(XskStep::MmapOffsets))?;
         let comp_size = (MAX_XDP_TENANTS * geom.tx_frames).next_power_of_two();
-        let (fl, flm) =
-            map_ring::<u64>(&anchor, libc::XDP_UMEM_PGOFF_FILL_RING, &aoff.fr, SHARED_RX_FRAMES, RingKind::Fill)?;
+        let (fl, flm) = map_ring::<u64>(&anchor, libc::XDP_UMEM_PGOFF_FILL_RING, &aoff.fr, SHARED_RX_FRAMES, RingKind::Fill)
+            .map_err(|e| match e {
+                XskError::Os { source, .. } if source.raw_os_error() == Some(libc::EBUSY) => {
+                    XskError::Config("this kernel cannot map a bound socket's fill ring (Linux >= 6.4 can): share the interface over kernel UDP (UROCE_BACKEND=udp) or not at all (UROCE_SHARE=0)")
+                }
+                e => e,
+            })?;
         let (cl, clm) =
             map_ring::<u64>(&anchor, libc::XDP_UMEM_PGOFF_COMPLETION_RING, &aoff.cr, comp_size, RingKind::Completion)?;
         // SAFETY: each layout points into the mapping handed over with it; the RX and TX
