@@ -317,7 +317,7 @@ impl Backend for XdpBackend {
     fn describe(&self) -> String {
         let zc = self.sockets.iter().all(|s| s.is_zero_copy());
         format!(
-            "af_xdp on {} ({} queue{}, {} mode, {:?} XDP)",
+            "af_xdp on {} ({} queue{}, {} mode, {} XDP)",
             self.ifname,
             self.sockets.len(),
             if self.sockets.len() == 1 { "" } else { "s" },

@@ -299,8 +299,9 @@ impl XskSocket {
             )
         };
         let base = geom.tx_base(slot);
-        // The slot's chunks start free; completions still due to its previous holder come
-        // back on the return stack, which starts empty.
+        // The slot's chunks start free and its return stack empty. (A previous holder of the
+        // slot is gone: its connection to the broker closed before the block was handed out
+        // again, and the kernel completes a closed socket's in-flight frames at its release.)
         {
             let held = share.lock();
             let (len, _) = share.stack(&held, slot);
