@@ -20,7 +20,7 @@
 //! to its free list, another's to that owner's return stack in the control area, which the owner
 //! takes back when it next reclaims. A process killed while holding receive chunks (in its RX
 //! ring or being processed) takes them out of circulation until every process of the queue has
-//! left (the pool then goes with the memfd): the receive pool is eight times a socket's RX ring.
+//! left (the pool then goes with the memfd): the receive pool is four times a socket's RX ring.
 
 use super::*;
 use std::os::fd::BorrowedFd;
@@ -28,9 +28,10 @@ use std::os::fd::BorrowedFd;
 /// Processes that can share one queue's UMEM (tenant slots).
 pub const MAX_XDP_TENANTS: u32 = 8;
 /// The receive pool of a shared queue (chunks, and fill ring entries).
-pub const SHARED_RX_FRAMES: u32 = 4096;
-/// Each process's RX ring.
-pub const SHARED_RX_RING: u32 = 512;
+pub const SHARED_RX_FRAMES: u32 = 8192;
+/// Each process's RX ring: as deep as an unshared socket's (a burst of UD or UC datagrams
+/// that overflows it is lost for good).
+pub const SHARED_RX_RING: u32 = 2048;
 const MAGIC: u64 = 0x7572_6f63_6553_4851; // "urocESHQ"
 
 /// Where everything is in the memfd.
@@ -399,13 +400,13 @@ mod tests {
     #[test]
     fn geometry_places_slots_after_the_receive_pool() {
         let g = Geometry { chunk: 4096, headroom: 0, tx_frames: 2048 };
-        assert_eq!(g.frames(), 4096 + 8 * 2048);
+        assert_eq!(g.frames(), 8192 + 8 * 2048);
         assert_eq!(g.owner(0), None, "receive pool");
-        assert_eq!(g.owner(4095 * 4096 + 100), None);
-        assert_eq!(g.owner(4096 * 4096), Some(0));
-        assert_eq!(g.owner((4096 + 2048) * 4096 + 7), Some(1));
+        assert_eq!(g.owner(8191 * 4096 + 100), None);
+        assert_eq!(g.owner(8192 * 4096), Some(0));
+        assert_eq!(g.owner((8192 + 2048) * 4096 + 7), Some(1));
         assert_eq!(g.owner(u64::from(g.frames() - 1) * 4096), Some(7));
         assert_eq!(g.owner(u64::from(g.frames()) * 4096), None, "past the end");
-        assert_eq!(g.tx_base(3), 4096 + 3 * 2048);
+        assert_eq!(g.tx_base(3), 8192 + 3 * 2048);
     }
 }
