@@ -83,3 +83,17 @@ fn missing_file_is_an_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("open /nonexistent.pcap"));
 }
+
+#[test]
+fn cm_mads_print_by_message() {
+    // rping's connection through rdma_cm (its default port 7174), as rxe sent it.
+    let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rxe-compat/fixtures/rxe-public/rping.pcap");
+    let out = uroce().arg("pcap").arg(&f).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let cm: Vec<&str> = text.lines().filter_map(|l| l.split_once(" CM ").map(|(_, m)| m)).collect();
+    let names: Vec<&str> = cm.iter().map(|m| m.split(' ').next().unwrap()).collect();
+    assert_eq!(names, ["REQ", "REP", "RTU", "DREQ", "DREP"], "{text}");
+    assert!(cm[0].contains("sid=0x0000000001061c06 (TCP 7174)"), "{}", cm[0]);
+    assert!(text.lines().filter(|l| l.contains(" CM ")).all(|l| l.ends_with("icrc ok")), "{text}");
+}

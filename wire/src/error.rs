@@ -25,6 +25,12 @@ pub enum Layer {
     CnpReserved,
     /// An 802.3 MAC control frame (PAUSE, 802.1Qbb PFC).
     MacControl,
+    /// A management datagram's common header (UD payload to QP1).
+    Mad,
+    /// A communication management message (MAD class 0x07).
+    Cm,
+    /// RDMA-CM's IP header in a CM message's private data (IBTA Annex A11).
+    CmIp,
     Payload,
     Icrc,
 }
@@ -48,6 +54,9 @@ impl fmt::Display for Layer {
             Layer::Ieth => "IETH",
             Layer::CnpReserved => "CNP reserved",
             Layer::MacControl => "MAC control",
+            Layer::Mad => "MAD",
+            Layer::Cm => "CM",
+            Layer::CmIp => "RDMA-CM IP header",
             Layer::Payload => "payload",
             Layer::Icrc => "ICRC",
         };

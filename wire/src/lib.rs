@@ -32,6 +32,7 @@
 //! | [`psn`] | 24-bit PSN/MSN/QPN arithmetic |
 //! | [`packet`] | whole-frame parse ([`parse_frame`], [`parse_ip`]) and emit ([`FrameRepr`]) |
 //! | [`cnp`] | Congestion Notification Packets in the layout ConnectX emits |
+//! | [`mad`], [`cm`] | management datagrams on QP1 and the connection manager's messages (and RDMA-CM's IP header) |
 //! | [`pfc`] | 802.1Qbb priority flow control frames, and the priority a frame travels in |
 //! | [`copy`] | bulk copies of received payload into memory regions |
 //! | [`template`] | per-flow header templates: the transmit path's copy-and-patch emit |
@@ -44,6 +45,7 @@
 
 pub mod aeth;
 pub mod bth;
+pub mod cm;
 pub mod cnp;
 pub mod copy;
 mod error;
@@ -54,6 +56,7 @@ pub mod icrc;
 pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
+pub mod mad;
 pub mod opcode;
 pub mod packet;
 pub mod pfc;

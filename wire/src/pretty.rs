@@ -1,6 +1,9 @@
-//! One-line, human-readable summaries of RoCEv2 frames (what `uroce pcap` prints).
+//! One-line, human-readable summaries of RoCEv2 frames (what `uroce pcap` prints); a MAD on
+//! QP1 is decoded too (a CM message by name and its connection's fields).
 
 use crate::aeth::Syndrome;
+use crate::cm::{CmMessage, CmSummary};
+use crate::mad::{Mad, MgmtClass, GSI_QPN};
 use crate::packet::ParsedFrame;
 use core::fmt;
 
@@ -58,7 +61,33 @@ impl fmt::Display for Summary<'_, '_> {
         if let Some(i) = e.ieth {
             write!(f, " inv_rkey={i:#010x}")?;
         }
-        write!(f, " len {}", p.roce.payload_len)
+        write!(f, " len {}", p.roce.payload_len)?;
+        if b.opcode == crate::Opcode::UD_SEND_ONLY && b.dest_qp == GSI_QPN {
+            write!(f, " {}", MadSummary(p.payload(), p.offsets.payload))?;
+        }
+        Ok(())
+    }
+}
+
+/// What a GSI (QP1) datagram carries: a CM message's summary, another class's header, or why
+/// the bytes are not a MAD.
+struct MadSummary<'a>(&'a [u8], usize);
+
+impl fmt::Display for MadSummary<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mad = match Mad::parse(self.0, self.1) {
+            Ok(m) => m,
+            Err(e) => return write!(f, "MAD! {e}"),
+        };
+        match CmMessage::parse(&mad, self.1) {
+            Ok(m) => write!(f, "{} tid={:#x}", CmSummary(&m), mad.header.tid),
+            Err(e) if mad.header.mgmt_class == MgmtClass::CM => write!(f, "CM! {e}"),
+            Err(_) => write!(
+                f,
+                "MAD class={:#04x} method={:#04x} attr={:#06x} tid={:#x}",
+                mad.header.mgmt_class.0, mad.header.method.0, mad.header.attr_id, mad.header.tid
+            ),
+        }
     }
 }
 
