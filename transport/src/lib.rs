@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cc;
+pub mod cm;
 pub mod config;
 pub mod connect;
 pub mod counters;
