@@ -276,7 +276,7 @@ pub use uroce_transport::formulas::{calc_flow_label, flow_label_to_udp_sport, rc
 /// The UDP source port a QP gets when it is created (`rxe_qp.c` `rxe_qp_init_req`:
 /// `RXE_ROCE_V2_SPORT + (hash_32(qpn, 14) & 0x3fff)`), which UD QPs and the GSI QP (QP1, the
 /// RDMA-CM MADs) keep because they never get an `IB_QP_AV` modify: the engine's formula.
-pub use uroce_transport::formulas::ud_udp_sport;
+pub use uroce_transport::formulas::{datagram_ack_req, ud_udp_sport};
 
 /// The flow label RDMA-CM puts in the path of a RoCEv2 connection over IPv4 (or IPv6 without a
 /// flow label of its own): `drivers/infiniband/core/cma.c` `cma_get_roce_udp_flow_label`,
@@ -509,7 +509,7 @@ pub const QUIRKS: &[Quirk] = &[
         uroce: Uroce::Matches(
             "the engine's frame template takes formulas::rc_udp_sport, this table's rc_udp_sport (unless \
              DeviceConfig::udp_sport pins one port, as the kernel-UDP backend must); a UD QP's datagrams \
-             formulas::ud_udp_sport (path::emit_datagram); no GSI QP yet",
+             formulas::ud_udp_sport (path::emit_datagram), QP1's included (55410, as rxe's)",
         ),
     },
     Quirk {
@@ -625,7 +625,8 @@ pub const QUIRKS: &[Quirk] = &[
         rule: Rule::Same(
             "the last/only packet of every message (READ requests and atomics included) and, inside \
              a long message, every 66th packet: noack_pkts++ > 64 ([`AckReqCadence`]); the counter \
-             survives retries",
+             survives retries. UC and UD never; the GSI QP (QP1, IB_QPT_GSI) on every MAD \
+             ([`datagram_ack_req`])",
         ),
         source: &[
             src("drivers/infiniband/sw/rxe/rxe_req.c", "init_req_packet"),
@@ -637,7 +638,8 @@ pub const QUIRKS: &[Quirk] = &[
         ),
         uroce: Uroce::Matches(
             "formulas::AckReqCadence (this table's AckReqCadence) in the send state: AckReq when END or \
-             noack_pkts > ack_req_interval (64), i.e. the 66th packet; the count carries on through a rewind",
+             noack_pkts > ack_req_interval (64), i.e. the 66th packet; the count carries on through a rewind; \
+             datagrams formulas::datagram_ack_req (path::emit_datagram)",
         ),
     },
     Quirk {

@@ -548,9 +548,9 @@ fn bth_fixed_fields() {
 // Requester
 // ---------------------------------------------------------------------------------------------
 
-/// Request packets checked: [with AckReq, without, UC].
-fn check_ack_req(caps: &[Capture]) -> [usize; 3] {
-    let (mut with, mut without, mut uc) = (0, 0, 0);
+/// Request packets checked: [with AckReq, without, UC, UD, GSI].
+fn check_ack_req(caps: &[Capture]) -> [usize; 5] {
+    let (mut with, mut without, mut uc, mut ud, mut gsi) = (0, 0, 0, 0, 0);
     for c in caps {
         for s in streams(c) {
             let mut cadence = quirks::AckReqCadence::new();
@@ -570,15 +570,22 @@ fn check_ack_req(caps: &[Capture]) -> [usize; 3] {
             assert!(!p.ack_req, "{} frame {}: UC with AckReq", c.name, p.no);
             uc += 1;
         }
+        // Datagrams: never from a UD QP, always from the GSI QP (QP1 is IB_QPT_GSI, not UD).
+        for p in c.pkts.iter().filter(|p| p.info.transport == Transport::Ud) {
+            let src_qp = p.ext.deth.map(|d| d.src_qp.value()).unwrap_or(0);
+            assert_eq!(p.ack_req, quirks::datagram_ack_req(src_qp), "{} frame {}", c.name, p.no);
+            *if src_qp == 1 { &mut gsi } else { &mut ud } += 1;
+        }
     }
-    [with, without, uc]
+    [with, without, uc, ud, gsi]
 }
 
 #[test]
 fn ack_req_cadence() {
-    let [with, without, uc] = check_ack_req(&all_captures());
-    eprintln!("AckReq: {with} request packets with, {without} without (non-END); {uc} UC packets");
+    let [with, without, uc, ud, gsi] = check_ack_req(&all_captures());
+    eprintln!("AckReq: {with} request packets with, {without} without (non-END); {uc} UC, {ud} UD, {gsi} GSI packets");
     assert!(with > 450 && without > 150, "with {with} without {without}");
+    assert!(ud >= 10 && gsi >= 17, "ud {ud} gsi {gsi}");
 }
 
 /// READs checked.
@@ -1196,7 +1203,7 @@ fn engine_ipv6_flow_label_is_zero() {
 fn engine_ack_req_cadence() {
     let mut lab = engine::Lab::new(engine::PLAIN_V4, Default::default());
     lab.mix(true);
-    let [_, without, _] = check_ack_req(&[lab.capture("uroce-engine-long-write")]);
+    let [_, without, ..] = check_ack_req(&[lab.capture("uroce-engine-long-write")]);
     assert!(without > 190);
 }
 
@@ -1397,7 +1404,7 @@ fn live_long_write(flavour: uroce_rxe_compat::harness::Flavour) {
     let caps = [Capture::load(&pcap, Some(kernel))];
     // every request packet, retransmissions included, has AckReq exactly where rxe's counter
     // says: in a 256-packet message at packets 66, 132, 198 and 256
-    let [with, without, _] = check_ack_req(&caps);
+    let [with, without, ..] = check_ack_req(&caps);
     let mid = caps[0].pkts.iter().filter(|p| p.is_request() && p.ack_req && !p.position().is_end()).count();
     assert!(mid >= iters * 3, "{mid} AckReqs inside messages");
     // the responses are what rxe's responder model says, duplicates (if the slow guests made

@@ -44,6 +44,14 @@ pub const fn ud_udp_sport(qpn: u32) -> u16 {
     ROCE_V2_SPORT_MIN + (h & 0x3fff) as u16
 }
 
+/// The AckReq bit of a datagram from QP `qpn`: rxe sets AckReq on the last packet of every QP
+/// that is neither UD nor UC (`rxe_req.c` `init_req_packet`), and its GSI QP (QP1,
+/// `IB_QPT_GSI`) is such a QP: every MAD leaves with AckReq (`rdma_cm.pcap`), a UD QP's
+/// datagrams without (`pingpong_ud.pcap`). Nobody acknowledges either.
+pub const fn datagram_ack_req(qpn: u32) -> bool {
+    qpn == 1
+}
+
 /// The AckReq rule (rxe `rxe_req.c` `init_req_packet`, RC only):
 /// `ack_req = END || qp->req.noack_pkts++ > RXE_MAX_PKT_PER_ACK`, `noack_pkts = 0` when set.
 /// The post-increment compares the count *before* this packet, so after an AckReq packet

@@ -18,6 +18,7 @@ pub mod counters;
 pub mod cq;
 pub mod device;
 pub mod formulas;
+pub mod grh;
 pub mod mr;
 pub mod path;
 pub mod qp;

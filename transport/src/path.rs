@@ -155,6 +155,7 @@ pub(crate) fn emit_datagram(
     }
     let bth = &mut frame.roce.bth;
     (bth.opcode, bth.psn, bth.solicited) = (opcode, psn, solicited);
+    bth.ack_req = crate::formulas::datagram_ack_req(lqpn);
     bth.pad_count = uroce_wire::packet::pad_for(payload_len);
     frame.roce.ext = *ext;
     frame.roce.payload_len = payload_len;

@@ -11,6 +11,8 @@ use crate::datapath::{fail, resolve_dmac, rt_of};
 use crate::device::{context, PDS};
 use crate::{set_errno, Registry};
 use core::ffi::c_int;
+use std::net::IpAddr;
+use uroce_transport::grh;
 use uroce_transport::verbs::{AddressHandle, AddressVector, Gid as EngineGid};
 
 /// An address handle: the program's `ibv_ah`, then the engine's.
@@ -71,29 +73,6 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut IbvAh) -> c_int {
     }
 }
 
-/// The IP version of the header in a GRH area (rdma-core `get_grh_header_version`): IPv6 when
-/// its first word says 6, unless the last 20 bytes are an IPv4 header with a right checksum.
-fn grh_version(grh: &[u8; 40]) -> Option<u8> {
-    let v4 = &grh[20..40];
-    if grh[0] >> 4 != 6 {
-        return (v4[0] >> 4 == 4).then_some(4);
-    }
-    if v4[0] & 0xf != 5 {
-        return Some(6);
-    }
-    let mut sum = 0u32;
-    for (i, w) in v4.chunks(2).enumerate() {
-        if i != 5 {
-            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-        }
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    let check = !(sum as u16);
-    Some(if check == u16::from_be_bytes([v4[10], v4[11]]) { 4 } else { 6 })
-}
-
 /// The index of `gid` in the device's GID table (rdma-core `ibv_find_gid_index`, RoCEv2).
 fn find_gid(ctx: *mut IbvContext, gid: [u8; 16]) -> Result<u8, c_int> {
     let c = context(ctx).ok_or(libc::EINVAL)?;
@@ -141,43 +120,17 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
 }
 
 fn from_grh(ctx: *mut IbvContext, b: &[u8; 40], out: &mut AhAttrC) -> Result<(), c_int> {
-    match grh_version(b) {
-        Some(4) => {
-            let ip = &b[20..40];
-            let (src, dst) = (&ip[12..16], &ip[16..20]);
-            if dst[0] & 0xf0 == 0xe0 {
-                return Err(libc::EINVAL);
-            }
-            let mapped = |a: &[u8]| {
-                let mut g = [0u8; 16];
-                g[10] = 0xff;
-                g[11] = 0xff;
-                g[12..].copy_from_slice(a);
-                g
-            };
-            out.grh.sgid_index = find_gid(ctx, mapped(dst))?;
-            out.grh.dgid = mapped(src);
-            out.grh.hop_limit = ip[8];
-            out.grh.traffic_class = ip[1];
-            Ok(())
-        }
-        Some(_) => {
-            let (sgid, dgid): ([u8; 16], [u8; 16]) = (b[8..24].try_into().unwrap(), b[24..40].try_into().unwrap());
-            if dgid[0] == 0xff {
-                return Err(libc::EINVAL);
-            }
-            // next header: UDP for RoCEv2 (0x1b would be IB's, which this device has no GID of)
-            if b[6] != 17 {
-                return Err(libc::EPROTONOSUPPORT);
-            }
-            out.grh.sgid_index = find_gid(ctx, dgid)?;
-            out.grh.dgid = sgid;
-            out.grh.hop_limit = b[7];
-            out.grh.traffic_class = ((u32::from_be_bytes([b[0], b[1], b[2], b[3]]) >> 20) & 0xff) as u8;
-            Ok(())
-        }
-        None => Err(libc::EPROTONOSUPPORT),
+    let g = grh::parse(b).map_err(|_| libc::EPROTONOSUPPORT)?;
+    let gid = |a: IpAddr| EngineGid::from_ip(a).0;
+    // A multicast destination has no unicast answer.
+    if g.dst.is_multicast() {
+        return Err(libc::EINVAL);
     }
+    out.grh.sgid_index = find_gid(ctx, gid(g.dst))?;
+    out.grh.dgid = gid(g.src);
+    out.grh.hop_limit = g.hop_limit;
+    out.grh.traffic_class = g.traffic_class;
+    Ok(())
 }
 
 /// `ibv_create_ah_from_wc(3)`: [`ibv_init_ah_from_wc`], then [`ibv_create_ah`].
@@ -202,26 +155,4 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
 fn fail_errno(e: c_int) -> c_int {
     set_errno(e);
     e
-}
-
-#[cfg(test)]
-mod tests {
-    use super::grh_version;
-
-    #[test]
-    fn grh_version_is_rdma_cores() {
-        let mut g = [0u8; 40];
-        // 20 zero bytes, then an IPv4 header with its checksum (RFC 1071 example header).
-        let ip = [0x45, 0, 0, 0x73, 0, 0, 0x40, 0, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0, 1, 0xc0, 0xa8, 0, 0xc7];
-        g[20..].copy_from_slice(&ip);
-        assert_eq!(grh_version(&g), Some(4));
-        g[0] = 0x60;
-        // version 6 in the first word and a valid IPv4 header behind it: IPv4 wins
-        assert_eq!(grh_version(&g), Some(4));
-        g[30] ^= 1; // the checksum no longer holds: IPv6
-        assert_eq!(grh_version(&g), Some(6));
-        g[0] = 0;
-        g[20] = 0x55;
-        assert_eq!(grh_version(&g), None);
-    }
 }

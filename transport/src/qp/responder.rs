@@ -29,7 +29,7 @@ use uroce_wire::opcode::{Operation, Position};
 use uroce_wire::{AethRepr, AtomicAckEthRepr, Msn, NakCode, ParsedFrame, Psn, RethRepr, RnrTimer, Syndrome};
 
 /// The bytes at the start of a UD receive buffer that hold the GRH (IBTA §11.4.1.2).
-pub const GRH_LEN: usize = 40;
+pub use crate::grh::GRH_LEN;
 
 /// A message being received across several packets.
 #[derive(Clone, Copy, Debug, Default)]
@@ -403,11 +403,7 @@ impl Qp {
             return;
         }
         let Some(wqe) = self.take_recv_wqe(ctx) else { return };
-        let mut grh = [0u8; GRH_LEN];
-        let hdr = p.bytes().get(p.offsets.l3..p.offsets.udp).unwrap_or(&[]);
-        let at = if p.ip.src_addr().is_ipv4() { GRH_LEN - 20 } else { 0 };
-        let n = hdr.len().min(GRH_LEN - at);
-        grh[at..at + n].copy_from_slice(&hdr[..n]);
+        let grh = crate::grh::fill(p);
         let sges = wqe.sges();
         let status = match scatter(ctx.mrs, self.pd, sges, 0, &grh)
             .and_then(|()| scatter(ctx.mrs, self.pd, sges, GRH_LEN as u64, payload))
