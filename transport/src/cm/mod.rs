@@ -19,6 +19,7 @@
 //! unanswered, and the transmit queue. A REQ beyond them is refused with REJ "no resources".
 
 mod api;
+pub mod gsi;
 mod recv;
 pub mod state;
 mod timers;
@@ -33,7 +34,8 @@ use uroce_wire::cm::{AttrId, CmMessage, CommIds, RejReason};
 use uroce_wire::mad::{Mad, MAD_LEN};
 
 /// Where a MAD goes to or came from: the peer's GID (its IP address on RoCEv2) and QP (1 for
-/// the GSI), and the P_Key index it travels under.
+/// the GSI), the P_Key index it travels under, and which of our GIDs it leaves from (the one
+/// it was sent to, for an answer).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct MadAddr {
     /// The peer's GID as an IP address.
@@ -42,12 +44,14 @@ pub struct MadAddr {
     pub qpn: u32,
     /// P_Key index.
     pub pkey_index: u16,
+    /// Our source GID's index.
+    pub sgid_index: u8,
 }
 
 impl MadAddr {
-    /// The GSI of the host at `gid`.
+    /// The GSI of the host at `gid`, from our GID 0.
     pub const fn gsi(gid: IpAddr) -> MadAddr {
-        MadAddr { gid, qpn: 1, pkey_index: 0 }
+        MadAddr { gid, qpn: 1, pkey_index: 0, sgid_index: 0 }
     }
 }
 
