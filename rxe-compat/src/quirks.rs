@@ -278,13 +278,8 @@ pub use uroce_transport::formulas::{calc_flow_label, flow_label_to_udp_sport, rc
 /// RDMA-CM MADs) keep because they never get an `IB_QP_AV` modify: the engine's formula.
 pub use uroce_transport::formulas::{datagram_ack_req, ud_udp_sport};
 
-/// The flow label RDMA-CM puts in the path of a RoCEv2 connection over IPv4 (or IPv6 without a
-/// flow label of its own): `drivers/infiniband/core/cma.c` `cma_get_roce_udp_flow_label`,
-/// `(sport * 31 + dport) & 0xfffff` of the RDMA-CM port space's source and destination ports.
-/// The sport of such a connection is [`rc_udp_sport`] of this label.
-pub const fn rdma_cm_flow_label(cm_src_port: u16, cm_dst_port: u16) -> u32 {
-    (cm_src_port as u32).wrapping_mul(31).wrapping_add(cm_dst_port as u32) & 0xf_ffff
-}
+/// The flow label RDMA-CM puts in the path of a RoCEv2 connection: the engine's formula.
+pub use uroce_transport::formulas::rdma_cm_flow_label;
 
 /// The UDP checksum rxe writes, over IPv4 and IPv6 alike (`rxe_net.c` `prepare_udp_hdr`).
 pub const UDP_CHECKSUM: u16 = 0;

@@ -44,6 +44,21 @@ pub const fn ud_udp_sport(qpn: u32) -> u16 {
     ROCE_V2_SPORT_MIN + (h & 0x3fff) as u16
 }
 
+/// The flow label RDMA-CM puts in the path of a RoCEv2 connection over IPv4 (or IPv6 without a
+/// flow label of its own): `drivers/infiniband/core/cma.c` `cma_get_roce_udp_flow_label`,
+/// `(sport * 31 + dport) & 0xfffff` of the RDMA-CM port space's source and destination ports.
+/// The sport of such a connection is [`rc_udp_sport`] of this label.
+pub const fn rdma_cm_flow_label(cm_src_port: u16, cm_dst_port: u16) -> u32 {
+    (cm_src_port as u32).wrapping_mul(31).wrapping_add(cm_dst_port as u32) & 0xf_ffff
+}
+
+/// The node GUID of a device on an Ethernet port with MAC `mac`: its modified EUI-64 (the
+/// U/L bit flipped, ff:fe in the middle), as rxe derives it (`rxe_net.c` `rxe_net_add` →
+/// `addrconf_addr_eui48`), in wire byte order. It is the CA GUID of CM messages too.
+pub const fn node_guid(mac: [u8; 6]) -> [u8; 8] {
+    [mac[0] ^ 2, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]
+}
+
 /// The AckReq bit of a datagram from QP `qpn`: rxe sets AckReq on the last packet of every QP
 /// that is neither UD nor UC (`rxe_req.c` `init_req_packet`), and its GSI QP (QP1,
 /// `IB_QPT_GSI`) is such a QP: every MAD leaves with AckReq (`rdma_cm.pcap`), a UD QP's

@@ -22,6 +22,7 @@ pub mod grh;
 pub mod mr;
 pub mod path;
 pub mod qp;
+pub mod rdmacm;
 pub mod sim;
 pub mod time;
 pub mod timer;

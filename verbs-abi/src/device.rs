@@ -52,8 +52,7 @@ impl Device {
         // the table the engine's port will have when the device is used (one rule for both)
         let mut gids = uroce_io::runtime::connect::gid_table(iface.mac, &iface.addresses());
         gids.truncate(GID_TABLE_LEN);
-        let m = iface.mac.0;
-        let guid = [m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]];
+        let guid = uroce_transport::formulas::node_guid(iface.mac.0);
         let name = format!("uroce_{}", iface.name);
         let mut ibv = IbvDevice {
             ops: [0; 2],
