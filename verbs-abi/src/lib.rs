@@ -35,6 +35,7 @@ pub mod datapath;
 pub mod device;
 pub mod events;
 pub mod qp_ex;
+pub mod rdmacm;
 pub mod srq;
 pub mod strings;
 pub mod stubs;

@@ -26,6 +26,8 @@ struct Inner {
     scratch: Box<[WorkCompletion; 64]>,
     /// Where the engine's asynchronous events go ([`Runtime::set_event_handler`]).
     on_event: Option<EventHandler>,
+    /// Work that rides on every round (the connection manager on QP1: [`Runtime::add_round_hook`]).
+    hooks: Vec<RoundHook>,
     /// The queue an application thread's next round serves (several queues: in turn, so each
     /// queue's socket transmits, as each progress thread's does).
     next_queue: usize,
@@ -49,7 +51,11 @@ impl Inner {
             tracing::error!(%e, "port I/O error");
             false
         });
-        let Inner { port, cqs, scratch, on_event, .. } = self;
+        let Inner { port, cqs, scratch, on_event, hooks, .. } = self;
+        let mut work = work;
+        for h in hooks.iter_mut() {
+            work |= h(port);
+        }
         for c in cqs.iter() {
             c.feed(port.device(), &mut scratch[..]);
         }
@@ -61,6 +67,11 @@ impl Inner {
         work
     }
 }
+
+/// Work done in every progress round, on the port, under its lock (whichever thread drives
+/// it): `true` when it did something. It must not call back into the runtime. A hook's timers
+/// are served at the rounds' pace: at least every 100 ms ([`Port::idle_timeout`]'s cap).
+pub type RoundHook = Box<dyn FnMut(&mut Port) -> bool + Send>;
 
 /// What receives the engine's asynchronous events (QP fatal, CQ overflow, SQ drained). It runs
 /// under the port's lock, on whichever thread drives the port: it must not call back into the
@@ -137,6 +148,7 @@ impl Runtime {
             cqs: Vec::new(),
             scratch: Box::new([WorkCompletion::default(); 64]),
             on_event: None,
+            hooks: Vec::new(),
             next_queue: 0,
         };
         let shared = Arc::new(Shared {
@@ -206,6 +218,11 @@ impl Runtime {
     /// (before, they wait in the engine for [`Device::poll_event`]).
     pub fn set_event_handler(&self, f: EventHandler) {
         self.shared.lock().on_event = Some(f);
+    }
+
+    /// From now on `h` runs in every progress round.
+    pub fn add_round_hook(&self, h: RoundHook) {
+        self.shared.lock().hooks.push(h);
     }
 
     /// Stop watching `cq` (before destroying it).

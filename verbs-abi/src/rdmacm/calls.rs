@@ -1,0 +1,654 @@
+//! The librdmacm calls (`rdma_cma.h`; their man pages are the contract). Each returns 0, or
+//! -1 with `errno` set, as librdmacm does; a NULL, foreign or destroyed handle is `EINVAL`.
+//! They are exported as `uroce_rdma_*`; `librdmacm.so.1`'s `rdma_*` jump here.
+
+use super::abi::*;
+use super::channel::Channel;
+use super::{event_name, from_sockaddr, host, lock, to_storage, Id, CHANNELS, EVENTS, IDS};
+use crate::abi::{IbvContext, IbvPd, QpInitAttrC};
+use crate::device::{devices, Device};
+use crate::set_errno;
+use core::ffi::{c_char, c_int, c_void};
+use core::ptr::null_mut;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::Mutex;
+use uroce_transport::rdmacm::{ConnParam, IdHandle, RdmaCmError, Route};
+use uroce_transport::verbs::Gid;
+use uroce_wire::cm::ip::PortSpace;
+
+fn err(e: c_int) -> c_int {
+    set_errno(e);
+    -1
+}
+
+fn cm_err(e: RdmaCmError) -> c_int {
+    tracing::debug!(%e, "rdma_cm call failed");
+    err(e.errno())
+}
+
+fn port_space(ps: c_int) -> Option<PortSpace> {
+    Some(match ps {
+        RDMA_PS_TCP => PortSpace::Tcp,
+        RDMA_PS_UDP => PortSpace::Udp,
+        RDMA_PS_IB => PortSpace::Ib,
+        RDMA_PS_IPOIB => PortSpace::Ipoib,
+        _ => return None,
+    })
+}
+
+fn id_of<'a>(id: *mut RdmaCmIdC) -> Result<&'a Id, c_int> {
+    IDS.get(id.cast()).ok_or(libc::EINVAL)
+}
+
+/// The device and engine handle of a bound or resolved ID.
+fn bound(id: &Id) -> Result<(&'static Device, IdHandle), c_int> {
+    (*lock(&id.at)).ok_or(libc::EINVAL)
+}
+
+/// The device whose interface holds `ip` (the unspecified address: the first device with an
+/// address, as a wildcard listener here serves one device).
+fn device_of(ip: IpAddr) -> Option<&'static Device> {
+    let devs = devices();
+    if ip.is_unspecified() {
+        return devs.into_iter().find(|d| !d.iface.addresses().is_empty() && d.iface.name != "lo");
+    }
+    devs.into_iter().find(|d| d.iface.addresses().contains(&ip))
+}
+
+/// Run `f` on the ID's device's RDMA-CM with the engine at hand (the port's lock, then the
+/// host's), then let the progress threads deliver what it queued.
+fn with_cm<R>(
+    dev: &'static Device,
+    f: impl FnOnce(&mut super::CmHost, &mut uroce_io::runtime::Port) -> R,
+) -> Result<R, c_int> {
+    let (h, ctx) = host(dev)?;
+    let (_, rt) = crate::datapath::rt_of((&ctx.vctx.context as *const IbvContext).cast_mut())?;
+    Ok(rt.with_port(|port| {
+        let mut g = lock(&h);
+        f(&mut g, port)
+    }))
+}
+
+/// The ID's engine handle on `dev`, made when it is first bound there.
+fn attach(id: &Id, dev: &'static Device, ps: PortSpace) -> Result<IdHandle, c_int> {
+    let mut at = lock(&id.at);
+    match *at {
+        Some((d, h)) if core::ptr::eq(d, dev) => Ok(h),
+        Some(_) => Err(libc::EINVAL),
+        None => {
+            let me = id as *const Id as usize;
+            let h = with_cm(dev, |g, _| {
+                let h = g.cm.create_id(ps);
+                g.ids.insert(h, me);
+                h
+            })?;
+            *at = Some((dev, h));
+            Ok(h)
+        }
+    }
+}
+
+/// `rdma_create_event_channel(3)`.
+#[no_mangle]
+pub extern "C" fn uroce_rdma_create_event_channel() -> *mut RdmaEventChannelC {
+    match Channel::new() {
+        Ok(c) => {
+            let p = Box::into_raw(c);
+            CHANNELS.insert(p.cast(), p);
+            p.cast()
+        }
+        Err(e) => {
+            set_errno(e);
+            null_mut()
+        }
+    }
+}
+
+/// `rdma_destroy_event_channel(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_destroy_event_channel(ch: *mut RdmaEventChannelC) {
+    drop(CHANNELS.take(ch.cast()));
+}
+
+/// `rdma_create_id(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_create_id(
+    ch: *mut RdmaEventChannelC,
+    out: *mut *mut RdmaCmIdC,
+    context: *mut c_void,
+    ps: c_int,
+) -> c_int {
+    if out.is_null() || CHANNELS.get(ch.cast()).is_none() || port_space(ps).is_none() {
+        return err(libc::EINVAL);
+    }
+    // SAFETY: all-zero is a valid rdma_cm_id (NULL pointers, zero integers).
+    let mut c: RdmaCmIdC = unsafe { core::mem::zeroed() };
+    c.channel = ch;
+    c.context = context;
+    c.ps = ps;
+    c.port_num = 1;
+    c.qp_type = if ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB { 4 } else { 2 }; // IBV_QPT_UD : IBV_QPT_RC
+    let id = Box::into_raw(Box::new(Id { c, at: Mutex::new(None), own_pd: Mutex::new(None) }));
+    IDS.insert(id.cast(), id);
+    // SAFETY: the caller's out-pointer, checked non-NULL.
+    unsafe { *out = id.cast() };
+    0
+}
+
+/// `rdma_destroy_id(3)`: the peer is told (REJ, DREQ or DREP) as the CM requires.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_destroy_id(id: *mut RdmaCmIdC) -> c_int {
+    let Some(i) = IDS.take(id.cast()) else { return err(libc::EINVAL) };
+    if let Some((dev, h)) = *lock(&i.at) {
+        let _ = with_cm(dev, |g, port| {
+            g.ids.remove(&h);
+            let _ = g.cm.destroy_id(port.now(), h);
+        });
+    }
+    if let Some(pd) = lock(&i.own_pd).take() {
+        // SAFETY: a PD this library allocated for the ID.
+        unsafe { crate::datapath::ibv_dealloc_pd(pd) };
+    }
+    0
+}
+
+/// `rdma_bind_addr(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_bind_addr(id: *mut RdmaCmIdC, addr: *mut libc::sockaddr) -> c_int {
+    let Ok(i) = id_of(id) else { return err(libc::EINVAL) };
+    // SAFETY: the caller's sockaddr.
+    let Some(a) = (unsafe { from_sockaddr(addr) }) else { return err(libc::EAFNOSUPPORT) };
+    let Some(ps) = port_space(i.c.ps) else { return err(libc::EINVAL) };
+    let Some(dev) = device_of(a.ip()) else { return err(libc::EADDRNOTAVAIL) };
+    let h = match attach(i, dev, ps) {
+        Ok(h) => h,
+        Err(e) => return err(e),
+    };
+    match with_cm(dev, |g, _| g.cm.bind_addr(h, a).map(|()| (g.ctx, g.cm.addrs(h)))) {
+        Ok(Ok((ctx, addrs))) => {
+            let idc = id.cast::<RdmaCmIdC>();
+            // SAFETY: a registered ID; the program does not use it concurrently with this call.
+            unsafe {
+                if !a.ip().is_unspecified() {
+                    (*idc).verbs = ctx;
+                }
+                if let Some((Some(src), _)) = addrs {
+                    (*idc).route.addr.src = to_storage(src);
+                }
+            }
+            0
+        }
+        Ok(Err(e)) => cm_err(e),
+        Err(e) => err(e),
+    }
+}
+
+/// The source address the kernel's routing table picks for `dst` (a connected UDP socket
+/// sends nothing).
+fn kernel_source(dst: SocketAddr) -> Option<IpAddr> {
+    let any: SocketAddr = if dst.is_ipv4() { "0.0.0.0:0".parse().ok()? } else { "[::]:0".parse().ok()? };
+    let s = UdpSocket::bind(any).ok()?;
+    s.connect(SocketAddr::new(dst.ip(), dst.port().max(1))).ok()?;
+    s.local_addr().ok().map(|a| a.ip())
+}
+
+/// `rdma_resolve_addr(3)`: the route from the kernel's tables (source address, the neighbour's
+/// MAC), then `RDMA_CM_EVENT_ADDR_RESOLVED`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_resolve_addr(
+    id: *mut RdmaCmIdC,
+    src: *mut libc::sockaddr,
+    dst: *mut libc::sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    let Ok(i) = id_of(id) else { return err(libc::EINVAL) };
+    // SAFETY: the caller's sockaddrs.
+    let (src, dst) = unsafe { (from_sockaddr(src), from_sockaddr(dst)) };
+    let Some(dst) = dst else { return err(libc::EINVAL) };
+    let Some(ps) = port_space(i.c.ps) else { return err(libc::EINVAL) };
+    let bound_src = match *lock(&i.at) {
+        Some((d, h)) => with_cm(d, |g, _| g.cm.addrs(h)).ok().flatten().and_then(|a| a.0),
+        None => None,
+    };
+    let src_ip = match src.or(bound_src).map(|s| s.ip()).filter(|ip| !ip.is_unspecified()) {
+        Some(ip) => ip,
+        None => match kernel_source(dst) {
+            Some(ip) => ip,
+            None => return err(libc::ENETUNREACH),
+        },
+    };
+    let Some(dev) = device_of(src_ip) else { return err(libc::EADDRNOTAVAIL) };
+    let h = match attach(i, dev, ps) {
+        Ok(h) => h,
+        Err(e) => return err(e),
+    };
+    let dmac = match uroce_io::runtime::connect::peer_mac(Some(&dev.iface.name), dst.ip()) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("uroce: rdma_resolve_addr: {e:#}");
+            return err(libc::EHOSTUNREACH);
+        }
+    };
+    let Some(sgid_index) = dev.gids.iter().position(|g| *g == Gid::from_ip(src_ip)) else {
+        return err(libc::EADDRNOTAVAIL);
+    };
+    let r = with_cm(dev, |g, port| {
+        let route = Route { src: src_ip, dst: dst.ip(), sgid_index: sgid_index as u8, dmac, mtu: port.device().config().active_mtu };
+        g.cm.resolve_addr(h, dst, route).map(|()| (g.ctx, g.cm.addrs(h)))
+    });
+    match r {
+        Ok(Ok((ctx, addrs))) => {
+            // SAFETY: a registered ID, not used concurrently by the program during this call.
+            unsafe {
+                (*id).verbs = ctx;
+                if let Some((s, d)) = addrs {
+                    if let Some(s) = s {
+                        (*id).route.addr.src = to_storage(s);
+                    }
+                    if let Some(d) = d {
+                        (*id).route.addr.dst = to_storage(d);
+                    }
+                }
+                (*id).route.addr.ibaddr.sgid = Gid::from_ip(src_ip).0;
+                (*id).route.addr.ibaddr.dgid = Gid::from_ip(dst.ip()).0;
+                (*id).route.addr.ibaddr.pkey = 0xffffu16.to_be();
+            }
+            0
+        }
+        Ok(Err(e)) => cm_err(e),
+        Err(e) => err(e),
+    }
+}
+
+/// Run one RDMA-CM call on a bound ID's device.
+fn on_cm(
+    id: *mut RdmaCmIdC,
+    f: impl FnOnce(&mut super::CmHost, &mut uroce_io::runtime::Port, IdHandle) -> Result<(), RdmaCmError>,
+) -> c_int {
+    let Ok(i) = id_of(id) else { return err(libc::EINVAL) };
+    let Ok((dev, h)) = bound(i) else { return err(libc::EINVAL) };
+    match with_cm(dev, |g, port| f(g, port, h)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => cm_err(e),
+        Err(e) => err(e),
+    }
+}
+
+/// `rdma_resolve_route(3)`: `RDMA_CM_EVENT_ROUTE_RESOLVED`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_resolve_route(id: *mut RdmaCmIdC, _timeout_ms: c_int) -> c_int {
+    on_cm(id, |g, _, h| g.cm.resolve_route(h))
+}
+
+/// `rdma_listen(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_listen(id: *mut RdmaCmIdC, _backlog: c_int) -> c_int {
+    on_cm(id, |g, _, h| g.cm.listen(h))
+}
+
+/// `rdma_create_qp(3)`: a QP on the ID's device (in a PD of its own when `pd` is NULL), taken
+/// to INIT.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_create_qp(id: *mut RdmaCmIdC, pd: *mut IbvPd, init: *mut QpInitAttrC) -> c_int {
+    let Ok(i) = id_of(id) else { return err(libc::EINVAL) };
+    if init.is_null() || i.c.verbs.is_null() {
+        return err(libc::EINVAL);
+    }
+    let pd = if pd.is_null() {
+        // SAFETY: the ID's context is one of ours.
+        let p = unsafe { crate::datapath::ibv_alloc_pd(i.c.verbs) };
+        if p.is_null() {
+            return -1;
+        }
+        *lock(&i.own_pd) = Some(p);
+        p
+    } else {
+        pd
+    };
+    // SAFETY: the caller's init attributes and a PD of ours.
+    let qp = unsafe { crate::datapath::ibv_create_qp(pd, init) };
+    if qp.is_null() {
+        return -1;
+    }
+    // SAFETY: a QP ibv_create_qp just returned.
+    let qpn = unsafe { (*qp).qp_num };
+    let r = on_cm(id, |g, port, h| g.cm.set_qp(port.device(), h, qpn));
+    if r != 0 {
+        // SAFETY: the QP just created.
+        unsafe { crate::datapath::ibv_destroy_qp(qp) };
+        return r;
+    }
+    // SAFETY: a registered ID; the caller's init attributes.
+    unsafe {
+        (*id).qp = qp;
+        (*id).pd = pd;
+        (*id).send_cq = (*init).send_cq.cast();
+        (*id).recv_cq = (*init).recv_cq.cast();
+        (*id).srq = (*init).srq.cast();
+    }
+    0
+}
+
+/// `rdma_destroy_qp(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_destroy_qp(id: *mut RdmaCmIdC) {
+    if id_of(id).is_err() {
+        return;
+    }
+    // SAFETY: a registered ID.
+    let qp = unsafe { core::mem::replace(&mut (*id).qp, null_mut()) };
+    if !qp.is_null() {
+        // SAFETY: the ID's QP.
+        unsafe { crate::datapath::ibv_destroy_qp(qp) };
+    }
+}
+
+/// The engine's view of a `struct rdma_conn_param` (NULL: librdmacm's defaults).
+///
+/// # Safety
+/// `p` is NULL or the caller's struct, its private data `private_data_len` bytes.
+unsafe fn conn_param<'a>(p: *const RdmaConnParamC) -> ConnParam<'a> {
+    if p.is_null() {
+        return ConnParam {
+            private_data: &[],
+            responder_resources: 0,
+            initiator_depth: 0,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: false,
+        };
+    }
+    // SAFETY: the caller's struct.
+    let c = unsafe { &*p };
+    let private_data = if c.private_data.is_null() || c.private_data_len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the caller's private data of the length it gives.
+        unsafe { core::slice::from_raw_parts(c.private_data.cast::<u8>(), c.private_data_len as usize) }
+    };
+    ConnParam {
+        private_data,
+        responder_resources: c.responder_resources,
+        initiator_depth: c.initiator_depth,
+        retry_count: c.retry_count,
+        rnr_retry_count: c.rnr_retry_count,
+        srq: c.srq != 0,
+    }
+}
+
+/// `rdma_connect(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_connect(id: *mut RdmaCmIdC, param: *mut RdmaConnParamC) -> c_int {
+    // SAFETY: the caller's struct or NULL.
+    let p = unsafe { conn_param(param) };
+    on_cm(id, |g, port, h| g.cm.connect(port.now(), port.device(), h, &p))
+}
+
+/// `rdma_accept(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_accept(id: *mut RdmaCmIdC, param: *mut RdmaConnParamC) -> c_int {
+    // SAFETY: the caller's struct or NULL.
+    let p = unsafe { conn_param(param) };
+    on_cm(id, |g, port, h| g.cm.accept(port.now(), port.device(), h, &p))
+}
+
+/// `rdma_reject(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_reject(id: *mut RdmaCmIdC, private: *const c_void, len: u8) -> c_int {
+    let data = if private.is_null() || len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the caller's private data of the length it gives.
+        unsafe { core::slice::from_raw_parts(private.cast::<u8>(), len as usize) }
+    };
+    on_cm(id, |g, _, h| g.cm.reject(h, data))
+}
+
+/// `rdma_disconnect(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_disconnect(id: *mut RdmaCmIdC) -> c_int {
+    on_cm(id, |g, port, h| g.cm.disconnect(port.now(), port.device(), h))
+}
+
+/// `rdma_get_cm_event(3)`: blocks unless the program made the channel's descriptor
+/// non-blocking (then `EAGAIN`).
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_get_cm_event(ch: *mut RdmaEventChannelC, out: *mut *mut RdmaCmEventC) -> c_int {
+    let Some(c) = CHANNELS.get(ch.cast()) else { return err(libc::EINVAL) };
+    if out.is_null() {
+        return err(libc::EINVAL);
+    }
+    let ev = match c.pop() {
+        Ok(e) => e,
+        Err(e) => return err(e),
+    };
+    // The ID's addresses as the event leaves them (a new ID's, a connected one's).
+    if let Some(i) = IDS.get(ev.c.id.cast()) {
+        if let Ok((dev, h)) = bound(i) {
+            if let Ok(Some((s, d))) = with_cm(dev, |g, _| g.cm.addrs(h)) {
+                // SAFETY: a registered ID; librdmacm too updates it in rdma_get_cm_event.
+                unsafe {
+                    if let Some(s) = s {
+                        (*ev.c.id).route.addr.src = to_storage(s);
+                    }
+                    if let Some(d) = d {
+                        (*ev.c.id).route.addr.dst = to_storage(d);
+                    }
+                }
+            }
+        }
+    }
+    let p = Box::into_raw(ev);
+    EVENTS.insert(p.cast(), p);
+    // SAFETY: the caller's out-pointer, checked non-NULL.
+    unsafe { *out = p.cast() };
+    0
+}
+
+/// `rdma_ack_cm_event(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_ack_cm_event(ev: *mut RdmaCmEventC) -> c_int {
+    match EVENTS.take(ev.cast()) {
+        Some(_) => 0,
+        None => err(libc::EINVAL),
+    }
+}
+
+/// `rdma_event_str(3)`.
+#[no_mangle]
+pub extern "C" fn uroce_rdma_event_str(kind: c_int) -> *const c_char {
+    event_name(kind).as_ptr()
+}
+
+fn port_of(st: &libc::sockaddr_storage) -> u16 {
+    // SAFETY: the storage holds a sockaddr of the family it says (written by to_storage).
+    match unsafe { from_sockaddr((st as *const libc::sockaddr_storage).cast()) } {
+        Some(a) => a.port().to_be(),
+        None => 0,
+    }
+}
+
+/// `rdma_get_src_port(3)` (network byte order).
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_get_src_port(id: *mut RdmaCmIdC) -> u16 {
+    id_of(id).map_or(0, |i| port_of(&i.c.route.addr.src))
+}
+
+/// `rdma_get_dst_port(3)` (network byte order).
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_get_dst_port(id: *mut RdmaCmIdC) -> u16 {
+    id_of(id).map_or(0, |i| port_of(&i.c.route.addr.dst))
+}
+
+/// `rdma_set_option(3)`: the ID options (`RDMA_OPTION_ID_TOS`, `_REUSEADDR`, `_AFONLY`,
+/// `_ACK_TIMEOUT`) are accepted and not yet applied; IB path records are `ENOSYS`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_set_option(
+    id: *mut RdmaCmIdC,
+    level: c_int,
+    name: c_int,
+    _val: *mut c_void,
+    _len: usize,
+) -> c_int {
+    if id_of(id).is_err() {
+        return err(libc::EINVAL);
+    }
+    match (level, name) {
+        (0, 0..=3) => 0,
+        _ => err(libc::ENOSYS),
+    }
+}
+
+/// `rdma_notify(3)`: nothing to do (the CM here needs no notice of COMM_EST to progress).
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_notify(id: *mut RdmaCmIdC, _event: c_int) -> c_int {
+    if id_of(id).is_err() {
+        return err(libc::EINVAL);
+    }
+    0
+}
+
+/// `rdma_establish(3)`: as `rdma_notify`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_establish(id: *mut RdmaCmIdC) -> c_int {
+    // SAFETY: as rdma_notify.
+    unsafe { uroce_rdma_notify(id, 0) }
+}
+
+/// `rpoll(3)` on ordinary descriptors (no rsockets here): `poll(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
+    // SAFETY: the caller's pollfd array of nfds entries.
+    unsafe { libc::poll(fds, nfds, timeout) }
+}
+
+/// `struct rdma_addrinfo`.
+#[repr(C)]
+pub struct RdmaAddrinfoC {
+    ai_flags: c_int,
+    ai_family: c_int,
+    ai_qp_type: c_int,
+    ai_port_space: c_int,
+    ai_src_len: libc::socklen_t,
+    ai_dst_len: libc::socklen_t,
+    ai_src_addr: *mut libc::sockaddr,
+    ai_dst_addr: *mut libc::sockaddr,
+    ai_src_canonname: *mut c_char,
+    ai_dst_canonname: *mut c_char,
+    ai_route_len: usize,
+    ai_route: *mut c_void,
+    ai_connect_len: usize,
+    ai_connect: *mut c_void,
+    ai_next: *mut RdmaAddrinfoC,
+}
+
+const RAI_PASSIVE: c_int = 1;
+
+/// `rdma_getaddrinfo(3)`: `getaddrinfo(3)` of the node and service, the first address as the
+/// destination (the source with `RAI_PASSIVE`), TCP port space and RC unless the hints say.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const RdmaAddrinfoC,
+    res: *mut *mut RdmaAddrinfoC,
+) -> c_int {
+    if res.is_null() || (node.is_null() && service.is_null()) {
+        return err(libc::EINVAL);
+    }
+    // SAFETY: the caller's hints or NULL.
+    let h = unsafe { hints.as_ref() };
+    let flags = h.map_or(0, |h| h.ai_flags);
+    // SAFETY: all-zero is a valid addrinfo hint.
+    let mut ah: libc::addrinfo = unsafe { core::mem::zeroed() };
+    ah.ai_family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
+    ah.ai_flags = if flags & RAI_PASSIVE != 0 { libc::AI_PASSIVE } else { 0 };
+    let mut ai: *mut libc::addrinfo = null_mut();
+    // SAFETY: NUL-terminated strings or NULL from the caller; `ai` receives the list.
+    let r = unsafe { libc::getaddrinfo(node, service, &ah, &mut ai) };
+    if r != 0 || ai.is_null() {
+        return err(libc::ENODEV);
+    }
+    // SAFETY: getaddrinfo's first result.
+    let (addr, len, family) = unsafe { ((*ai).ai_addr, (*ai).ai_addrlen, (*ai).ai_family) };
+    // SAFETY: calloc'd copies, freed by rdma_freeaddrinfo with free().
+    let out = unsafe {
+        let copy = libc::calloc(1, len as usize).cast::<libc::sockaddr>();
+        let o = libc::calloc(1, core::mem::size_of::<RdmaAddrinfoC>()).cast::<RdmaAddrinfoC>();
+        if copy.is_null() || o.is_null() {
+            libc::freeaddrinfo(ai);
+            return err(libc::ENOMEM);
+        }
+        core::ptr::copy_nonoverlapping(addr.cast::<u8>(), copy.cast::<u8>(), len as usize);
+        libc::freeaddrinfo(ai);
+        (*o).ai_flags = flags;
+        (*o).ai_family = family;
+        (*o).ai_qp_type = h.map_or(2, |h| if h.ai_qp_type != 0 { h.ai_qp_type } else { 2 });
+        (*o).ai_port_space = h.map_or(RDMA_PS_TCP, |h| if h.ai_port_space != 0 { h.ai_port_space } else { RDMA_PS_TCP });
+        if flags & RAI_PASSIVE != 0 {
+            (*o).ai_src_addr = copy;
+            (*o).ai_src_len = len;
+        } else {
+            (*o).ai_dst_addr = copy;
+            (*o).ai_dst_len = len;
+        }
+        o
+    };
+    // SAFETY: the caller's out-pointer, checked non-NULL.
+    unsafe { *res = out };
+    0
+}
+
+/// `rdma_freeaddrinfo(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_freeaddrinfo(res: *mut RdmaAddrinfoC) {
+    let mut p = res;
+    while !p.is_null() {
+        // SAFETY: a list rdma_getaddrinfo allocated with calloc.
+        unsafe {
+            let next = (*p).ai_next;
+            libc::free((*p).ai_src_addr.cast());
+            libc::free((*p).ai_dst_addr.cast());
+            libc::free(p.cast());
+            p = next;
+        }
+    }
+}
+
+/// `rdma_get_devices(3)`: a NULL-terminated array of a context per device.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_get_devices(num: *mut c_int) -> *mut *mut IbvContext {
+    let ctxs: Vec<*mut IbvContext> = devices().into_iter().filter_map(|d| host(d).ok().map(|(h, _)| lock(&h).ctx)).collect();
+    // SAFETY: a plain allocation of n + 1 pointers, freed by rdma_free_devices.
+    let list = unsafe { libc::calloc(ctxs.len() + 1, core::mem::size_of::<*mut IbvContext>()) }.cast::<*mut IbvContext>();
+    if list.is_null() {
+        set_errno(libc::ENOMEM);
+        return null_mut();
+    }
+    for (k, c) in ctxs.iter().enumerate() {
+        // SAFETY: room for ctxs.len() + 1 pointers.
+        unsafe { *list.add(k) = *c };
+    }
+    if !num.is_null() {
+        // SAFETY: the caller's int.
+        unsafe { *num = ctxs.len() as c_int };
+    }
+    list
+}
+
+/// `rdma_free_devices(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_free_devices(list: *mut *mut IbvContext) {
+    // SAFETY: a list rdma_get_devices allocated.
+    unsafe { libc::free(list.cast()) };
+}
+
+/// What every librdmacm call without an implementation here jumps to (rsockets, multicast,
+/// endpoints, ECE, SRQs through the CM, ...): -1 with `errno` `ENOSYS`. The arguments are not
+/// read (the SysV x86-64 and AArch64 conventions let a callee ignore them); -1 in the full
+/// register reads as -1 for an `int`, `ssize_t` or `off_t` result.
+#[no_mangle]
+pub extern "C" fn uroce_rdma_enosys() -> isize {
+    set_errno(libc::ENOSYS);
+    -1
+}
