@@ -110,6 +110,12 @@ impl Gsi {
         self.recv_slots * RECV_SLOT + slot * MAD_LEN
     }
 
+    /// Whether [`Gsi::progress`] would find nothing to do: no completion on QP1's CQ, no MAD
+    /// from `cm` waiting (a check cheap enough for every round of a busy runtime).
+    pub fn idle(&self, dev: &Device, cm: &Cm) -> bool {
+        self.waiting.is_none() && !cm.has_transmit() && dev.cq(self.cq).is_none_or(|c| c.is_empty())
+    }
+
     /// Move MADs both ways: received ones to `cm`, the CM's onto QP1. `true` when anything moved.
     pub fn progress(
         &mut self,

@@ -481,6 +481,11 @@ impl Cm {
         self.conns.len()
     }
 
+    /// Whether a MAD waits to be sent.
+    pub fn has_transmit(&self) -> bool {
+        !self.tx.is_empty()
+    }
+
     /// The next MAD to send.
     pub fn poll_transmit(&mut self) -> Option<OutMad> {
         self.tx.pop_front()

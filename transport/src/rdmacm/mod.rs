@@ -437,6 +437,12 @@ impl RdmaCm {
         });
     }
 
+    /// Whether [`RdmaCm::progress`] would find nothing to do before `now` (nothing on QP1, no
+    /// MAD or event waiting, no deadline due): the check for every round of a busy runtime.
+    pub fn idle(&self, now: Instant, dev: &Device, gsi: &Gsi) -> bool {
+        self.events.is_empty() && gsi.idle(dev, &self.cm) && self.cm.poll_timeout().is_none_or(|t| t > now)
+    }
+
     /// Move what arrived on QP1 through the CM, and what the CM sends onto QP1.
     pub fn progress(
         &mut self,

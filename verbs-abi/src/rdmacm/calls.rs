@@ -233,7 +233,13 @@ pub unsafe extern "C" fn uroce_rdma_resolve_addr(
         return err(libc::EADDRNOTAVAIL);
     };
     let r = with_cm(dev, |g, port| {
-        let route = Route { src: src_ip, dst: dst.ip(), sgid_index: sgid_index as u8, dmac, mtu: port.device().config().active_mtu };
+        let route = Route {
+            src: src_ip,
+            dst: dst.ip(),
+            sgid_index: sgid_index as u8,
+            dmac,
+            mtu: port.device().config().active_mtu,
+        };
         g.cm.resolve_addr(h, dst, route).map(|()| (g.ctx, g.cm.addrs(h)))
     });
     match r {
@@ -584,7 +590,8 @@ pub unsafe extern "C" fn uroce_rdma_getaddrinfo(
         (*o).ai_flags = flags;
         (*o).ai_family = family;
         (*o).ai_qp_type = h.map_or(2, |h| if h.ai_qp_type != 0 { h.ai_qp_type } else { 2 });
-        (*o).ai_port_space = h.map_or(RDMA_PS_TCP, |h| if h.ai_port_space != 0 { h.ai_port_space } else { RDMA_PS_TCP });
+        (*o).ai_port_space =
+            h.map_or(RDMA_PS_TCP, |h| if h.ai_port_space != 0 { h.ai_port_space } else { RDMA_PS_TCP });
         if flags & RAI_PASSIVE != 0 {
             (*o).ai_src_addr = copy;
             (*o).ai_src_len = len;
@@ -618,9 +625,11 @@ pub unsafe extern "C" fn uroce_rdma_freeaddrinfo(res: *mut RdmaAddrinfoC) {
 /// `rdma_get_devices(3)`: a NULL-terminated array of a context per device.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdma_get_devices(num: *mut c_int) -> *mut *mut IbvContext {
-    let ctxs: Vec<*mut IbvContext> = devices().into_iter().filter_map(|d| host(d).ok().map(|(h, _)| lock(&h).ctx)).collect();
+    let ctxs: Vec<*mut IbvContext> =
+        devices().into_iter().filter_map(|d| host(d).ok().map(|(h, _)| lock(&h).ctx)).collect();
     // SAFETY: a plain allocation of n + 1 pointers, freed by rdma_free_devices.
-    let list = unsafe { libc::calloc(ctxs.len() + 1, core::mem::size_of::<*mut IbvContext>()) }.cast::<*mut IbvContext>();
+    let list =
+        unsafe { libc::calloc(ctxs.len() + 1, core::mem::size_of::<*mut IbvContext>()) }.cast::<*mut IbvContext>();
     if list.is_null() {
         set_errno(libc::ENOMEM);
         return null_mut();

@@ -116,8 +116,7 @@ pub(crate) fn host(dev: &'static Device) -> Result<(Host, &'static Context), c_i
         eprintln!("uroce: rdma_cm: cannot create QP1 on {}: {e}", dev.iface.name);
         libc::EADDRINUSE
     })?;
-    let h: Host =
-        Arc::new(Mutex::new(CmHost { cm: RdmaCm::new(cfg), gsi, ids: HashMap::new(), ctx, dev }));
+    let h: Host = Arc::new(Mutex::new(CmHost { cm: RdmaCm::new(cfg), gsi, ids: HashMap::new(), ctx, dev }));
     let hook = h.clone();
     rt.add_round_hook(Box::new(move |port| round(&hook, port)));
     hosts.push((key, h.clone()));
@@ -135,8 +134,11 @@ fn round(h: &Host, port: &mut uroce_io::runtime::Port) -> bool {
     let now = port.now();
     let mut g = lock(h);
     let host = &mut *g;
-    let name = host.dev.iface.name.clone();
-    let mut resolve = |ip: IpAddr| uroce_io::netif::resolve_mac(&name, ip, NEIGHBOUR_WAIT).ok();
+    if host.cm.idle(now, port.device(), &host.gsi) {
+        return false;
+    }
+    let name: &'static str = &host.dev.iface.name;
+    let mut resolve = |ip: IpAddr| uroce_io::netif::resolve_mac(name, ip, NEIGHBOUR_WAIT).ok();
     if host.cm.poll_timeout().is_some_and(|t| t <= now) {
         host.cm.handle_timeout(now, port.device());
     }
@@ -157,7 +159,13 @@ fn deliver(g: &mut CmHost, e: Event) {
     let Some(owner) = IDS.get(at as *const core::ffi::c_void) else { return };
     let (target, listen) = if e.kind == EventKind::ConnectRequest {
         let child = Box::new(Id {
-            c: RdmaCmIdC { verbs: g.ctx, qp: core::ptr::null_mut(), pd: core::ptr::null_mut(), event: core::ptr::null_mut(), ..owner.c },
+            c: RdmaCmIdC {
+                verbs: g.ctx,
+                qp: core::ptr::null_mut(),
+                pd: core::ptr::null_mut(),
+                event: core::ptr::null_mut(),
+                ..owner.c
+            },
             at: Mutex::new(Some((g.dev, e.id))),
             own_pd: Mutex::new(None),
         });
@@ -210,7 +218,10 @@ pub(crate) unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAd
         libc::AF_INET => {
             // SAFETY: AF_INET: a sockaddr_in.
             let s = unsafe { &*sa.cast::<libc::sockaddr_in>() };
-            Some(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)), u16::from_be(s.sin_port))))
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)),
+                u16::from_be(s.sin_port),
+            )))
         }
         libc::AF_INET6 => {
             // SAFETY: AF_INET6: a sockaddr_in6.
