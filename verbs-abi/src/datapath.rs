@@ -142,6 +142,11 @@ pub fn start_runtime(dev: &'static crate::device::Device) -> Result<Runtime, c_i
         tweak: Some(env_quirks),
         cc: Default::default(),
     };
+    dev.shared.store(
+        matches!(&cfg.backend, BackendKind::Xdp(o) if o.shared)
+            || matches!(&cfg.backend, BackendKind::Udp { shared: true, .. }),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let port = Port::open(cfg).map_err(|e| {
         eprintln!("uroce: cannot open {}: {e:#}", iface.name);
         libc::EIO
@@ -168,9 +173,19 @@ fn env_quirks(dc: &mut uroce_transport::DeviceConfig) {
 }
 
 /// Whether this process shares its interface with other uroce processes (`UROCE_SHARE=0`:
-/// it takes the interface alone, as before several processes could share it).
+/// it takes the interface alone, as before several processes could share it). A process that
+/// uses RDMA-CM before any verbs object takes it alone too ([`WANTS_QP1`]).
 fn sharing() -> bool {
-    std::env::var("UROCE_SHARE").as_deref() != Ok("0")
+    std::env::var("UROCE_SHARE").as_deref() != Ok("0") && !WANTS_QP1.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Set by the first RDMA-CM call that needs a device: QP1 (the connection manager's MADs) can
+/// only be one process's, so a runtime started from then on does not share its interface.
+pub(crate) static WANTS_QP1: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the runtime of `dev` (started) shares its interface.
+pub(crate) fn runtime_shared(dev: &crate::device::Device) -> bool {
+    dev.shared.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// AF_XDP, sharing the interface with the other uroce processes on it (each owns a block of

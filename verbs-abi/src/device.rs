@@ -45,6 +45,9 @@ pub struct Device {
     /// The async event queues of the contexts open on it, each taking the events of its own
     /// QPs and CQs.
     pub sinks: std::sync::Mutex<Vec<std::sync::Weak<crate::events::AsyncEvents>>>,
+    /// Whether its runtime shares the interface with other uroce processes (then QP1, and so
+    /// RDMA-CM, is nobody's).
+    pub shared: std::sync::atomic::AtomicBool,
 }
 
 impl Device {
@@ -67,7 +70,16 @@ impl Device {
         copy_c(&mut ibv.dev_name, &name);
         copy_c(&mut ibv.dev_path, &format!("/sys/class/net/{}", iface.name));
         copy_c(&mut ibv.ibdev_path, &format!("/sys/class/net/{}", iface.name));
-        Device { ibv, provider_ops: 0, iface, gids, guid, engine: Default::default(), sinks: Default::default() }
+        Device {
+            ibv,
+            provider_ops: 0,
+            iface,
+            gids,
+            guid,
+            engine: Default::default(),
+            sinks: Default::default(),
+            shared: Default::default(),
+        }
     }
 
     /// The device's name.

@@ -102,10 +102,19 @@ pub(crate) fn host(dev: &'static Device) -> Result<(Host, &'static Context), c_i
         let ctx = lock(h).ctx;
         return Ok((h.clone(), crate::device::context(ctx).ok_or(libc::ENODEV)?));
     }
+    crate::datapath::WANTS_QP1.store(true, std::sync::atomic::Ordering::Relaxed);
     // SAFETY: `dev.ibv` is one of this library's devices.
     let ctx = unsafe { crate::device::ibv_open_device((&dev.ibv as *const crate::abi::IbvDevice).cast_mut()) };
     let c = crate::device::context(ctx).ok_or(libc::ENODEV)?;
     let (_, rt) = crate::datapath::rt_of(ctx)?;
+    if crate::datapath::runtime_shared(dev) {
+        eprintln!(
+            "uroce: rdma_cm on {}: this process shares the interface with other uroce processes (its verbs \
+             started first), and QP1 belongs to none of them; run it with UROCE_SHARE=0",
+            dev.iface.name
+        );
+        return Err(libc::EOPNOTSUPP);
+    }
     let guid = u64::from_be_bytes(dev.guid);
     let cfg = RdmaCmConfig {
         cm: CmConfig { ca_guid: guid, hi_tid: std::process::id(), comm_id_seed: seed() as u32, ..CmConfig::default() },
