@@ -87,7 +87,7 @@ fn exports_and_imports_match_debians_libibverbs() {
     let globals: Vec<String> = String::from_utf8_lossy(&all.stdout)
         .lines()
         .filter(|l| !l.contains("*UND*") && (l.contains(" g ") || l.contains(" w ")))
-        .filter(|l| !l.contains("IBVERBS"))
+        .filter(|l| !l.contains("IBVERBS") && !l.contains("UROCE_RDMACM_1"))
         .map(str::to_string)
         .collect();
     assert!(globals.is_empty(), "unversioned exports: {globals:#?}");
@@ -99,6 +99,61 @@ fn exports_and_imports_match_debians_libibverbs() {
         checked += 1;
     }
     assert!(checked >= 13, "only {checked} of Debian's binaries found");
+}
+
+/// `objdump -T` of `file`: its exported default-version `RDMACM_*` symbols.
+fn rdmacm_exports(file: &Path) -> BTreeSet<String> {
+    let out = Command::new("objdump").arg("-T").arg(file).output().expect("objdump");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.contains("*UND*"))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (ver, name) = (*f.get(f.len().checked_sub(2)?)?, *f.last()?);
+            (ver.starts_with("RDMACM") && ver != name).then(|| format!("{name}@{ver}"))
+        })
+        .collect()
+}
+
+/// The generated `librdmacm.so.1` exports what Debian's does, at the same versions, needs our
+/// `libibverbs.so.1`, and every RDMA-CM program Debian ships finds its symbols in it.
+#[test]
+fn librdmacm_exports_match_debians() {
+    let Some(dir) = setup("verbs_tools::rdmacm_exports", &["objdump", "rping"]) else { return };
+    let ours = dir.join("librdmacm.so.1");
+    let debian = Path::new("/usr/lib/x86_64-linux-gnu/librdmacm.so.1");
+    let (mine, theirs) = (rdmacm_exports(&ours), rdmacm_exports(debian));
+    assert_eq!(mine, theirs, "librdmacm.so.1's exports");
+    assert_eq!(mine.len(), 68, "rdma-core 44's librdmacm symbols");
+    let p = Command::new("objdump").arg("-p").arg(&ours).output().expect("objdump -p");
+    let p = String::from_utf8_lossy(&p.stdout);
+    assert!(
+        p.contains("SONAME               librdmacm.so.1") && p.contains("NEEDED               libibverbs.so.1"),
+        "{p}"
+    );
+    for bin in [
+        "/usr/bin/rping",
+        "/usr/bin/ucmatose",
+        "/usr/bin/udaddy",
+        "/usr/bin/rdma_server",
+        "/usr/bin/rdma_client",
+        "/usr/bin/ib_write_bw",
+    ] {
+        if !Path::new(bin).exists() {
+            continue;
+        }
+        let out = Command::new("objdump").arg("-T").arg(bin).output().expect("objdump");
+        let wants: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("*UND*") && l.contains("(RDMACM"))
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some(format!("{}@{}", f.last()?, f.get(f.len() - 2)?.trim_matches(['(', ')'])))
+            })
+            .collect();
+        let missing: Vec<_> = wants.difference(&mine).collect();
+        assert!(missing.is_empty(), "{bin} imports {missing:?}");
+    }
 }
 
 #[test]

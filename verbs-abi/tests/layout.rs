@@ -331,3 +331,108 @@ fn structs_match_the_c_headers() {
     }
     assert_eq!(checked, rust.len(), "every Rust entry has its C counterpart:\n{text}");
 }
+
+const CMA: &str = r#"
+#include <stddef.h>
+#include <stdio.h>
+#include <rdma/rdma_cma.h>
+#define S(t) printf("size %s %zu\n", #t, sizeof(struct t));
+#define O(t, f) printf("offset %s.%s %zu\n", #t, #f, offsetof(struct t, f));
+int main(void) {
+    S(rdma_event_channel) O(rdma_event_channel, fd)
+    S(rdma_ib_addr) O(rdma_ib_addr, dgid) O(rdma_ib_addr, pkey)
+    S(rdma_addr) O(rdma_addr, src_storage) O(rdma_addr, dst_storage) O(rdma_addr, addr.ibaddr)
+    S(rdma_route) O(rdma_route, path_rec) O(rdma_route, num_paths)
+    S(rdma_cm_id) O(rdma_cm_id, channel) O(rdma_cm_id, context) O(rdma_cm_id, qp) O(rdma_cm_id, route)
+    O(rdma_cm_id, ps) O(rdma_cm_id, port_num) O(rdma_cm_id, event) O(rdma_cm_id, send_cq_channel)
+    O(rdma_cm_id, send_cq) O(rdma_cm_id, recv_cq_channel) O(rdma_cm_id, recv_cq) O(rdma_cm_id, srq)
+    O(rdma_cm_id, pd) O(rdma_cm_id, qp_type)
+    S(rdma_conn_param) O(rdma_conn_param, private_data_len) O(rdma_conn_param, responder_resources)
+    O(rdma_conn_param, initiator_depth) O(rdma_conn_param, flow_control) O(rdma_conn_param, retry_count)
+    O(rdma_conn_param, rnr_retry_count) O(rdma_conn_param, srq) O(rdma_conn_param, qp_num)
+    S(rdma_ud_param) O(rdma_ud_param, private_data_len) O(rdma_ud_param, ah_attr) O(rdma_ud_param, qp_num)
+    O(rdma_ud_param, qkey)
+    S(rdma_cm_event) O(rdma_cm_event, listen_id) O(rdma_cm_event, event) O(rdma_cm_event, status)
+    O(rdma_cm_event, param)
+    return 0;
+}
+"#;
+
+/// librdmacm's structs (`rdma_cm_id`, `rdma_cm_event`, ...) against `<rdma/rdma_cma.h>`.
+#[test]
+fn rdma_cm_structs_match_the_c_header() {
+    use uroce_verbs::rdmacm::abi::*;
+    let header = std::path::Path::new("/usr/include/rdma/rdma_cma.h");
+    if !header.exists() {
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        assert!(!ci, "CI: librdmacm-dev's headers are missing (scripts/setup installs them)");
+        eprintln!("SKIP rdma_cm_structs_match_the_c_header: no {} (apt-get install librdmacm-dev)", header.display());
+        return;
+    }
+    let mut m = BTreeMap::new();
+    let mut s = |k: &str, v: usize| {
+        m.insert(k.to_string(), v);
+    };
+    s("size rdma_event_channel", size_of::<RdmaEventChannelC>());
+    s("offset rdma_event_channel.fd", offset_of!(RdmaEventChannelC, fd));
+    s("size rdma_ib_addr", size_of::<RdmaIbAddrC>());
+    s("offset rdma_ib_addr.dgid", offset_of!(RdmaIbAddrC, dgid));
+    s("offset rdma_ib_addr.pkey", offset_of!(RdmaIbAddrC, pkey));
+    s("size rdma_addr", size_of::<RdmaAddrC>());
+    s("offset rdma_addr.src_storage", offset_of!(RdmaAddrC, src));
+    s("offset rdma_addr.dst_storage", offset_of!(RdmaAddrC, dst));
+    s("offset rdma_addr.addr.ibaddr", offset_of!(RdmaAddrC, ibaddr));
+    s("size rdma_route", size_of::<RdmaRouteC>());
+    s("offset rdma_route.path_rec", offset_of!(RdmaRouteC, path_rec));
+    s("offset rdma_route.num_paths", offset_of!(RdmaRouteC, num_paths));
+    s("size rdma_cm_id", size_of::<RdmaCmIdC>());
+    s("offset rdma_cm_id.channel", offset_of!(RdmaCmIdC, channel));
+    s("offset rdma_cm_id.context", offset_of!(RdmaCmIdC, context));
+    s("offset rdma_cm_id.qp", offset_of!(RdmaCmIdC, qp));
+    s("offset rdma_cm_id.route", offset_of!(RdmaCmIdC, route));
+    s("offset rdma_cm_id.ps", offset_of!(RdmaCmIdC, ps));
+    s("offset rdma_cm_id.port_num", offset_of!(RdmaCmIdC, port_num));
+    s("offset rdma_cm_id.event", offset_of!(RdmaCmIdC, event));
+    s("offset rdma_cm_id.send_cq_channel", offset_of!(RdmaCmIdC, send_cq_channel));
+    s("offset rdma_cm_id.send_cq", offset_of!(RdmaCmIdC, send_cq));
+    s("offset rdma_cm_id.recv_cq_channel", offset_of!(RdmaCmIdC, recv_cq_channel));
+    s("offset rdma_cm_id.recv_cq", offset_of!(RdmaCmIdC, recv_cq));
+    s("offset rdma_cm_id.srq", offset_of!(RdmaCmIdC, srq));
+    s("offset rdma_cm_id.pd", offset_of!(RdmaCmIdC, pd));
+    s("offset rdma_cm_id.qp_type", offset_of!(RdmaCmIdC, qp_type));
+    s("size rdma_conn_param", size_of::<RdmaConnParamC>());
+    s("offset rdma_conn_param.private_data_len", offset_of!(RdmaConnParamC, private_data_len));
+    s("offset rdma_conn_param.responder_resources", offset_of!(RdmaConnParamC, responder_resources));
+    s("offset rdma_conn_param.initiator_depth", offset_of!(RdmaConnParamC, initiator_depth));
+    s("offset rdma_conn_param.flow_control", offset_of!(RdmaConnParamC, flow_control));
+    s("offset rdma_conn_param.retry_count", offset_of!(RdmaConnParamC, retry_count));
+    s("offset rdma_conn_param.rnr_retry_count", offset_of!(RdmaConnParamC, rnr_retry_count));
+    s("offset rdma_conn_param.srq", offset_of!(RdmaConnParamC, srq));
+    s("offset rdma_conn_param.qp_num", offset_of!(RdmaConnParamC, qp_num));
+    s("size rdma_ud_param", size_of::<RdmaUdParamC>());
+    s("offset rdma_ud_param.private_data_len", offset_of!(RdmaUdParamC, private_data_len));
+    s("offset rdma_ud_param.ah_attr", offset_of!(RdmaUdParamC, ah_attr));
+    s("offset rdma_ud_param.qp_num", offset_of!(RdmaUdParamC, qp_num));
+    s("offset rdma_ud_param.qkey", offset_of!(RdmaUdParamC, qkey));
+    s("size rdma_cm_event", size_of::<RdmaCmEventC>());
+    s("offset rdma_cm_event.listen_id", offset_of!(RdmaCmEventC, listen_id));
+    s("offset rdma_cm_event.event", offset_of!(RdmaCmEventC, event));
+    s("offset rdma_cm_event.status", offset_of!(RdmaCmEventC, status));
+    s("offset rdma_cm_event.param", offset_of!(RdmaCmEventC, param));
+    let dir = std::env::temp_dir().join(format!("uroce-rdmacm-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, bin) = (dir.join("layout.c"), dir.join("layout"));
+    std::fs::write(&src, CMA).unwrap();
+    let cc = Command::new("cc").arg("-o").arg(&bin).arg(&src).output().expect("cc");
+    assert!(cc.status.success(), "cc: {}", String::from_utf8_lossy(&cc.stderr));
+    let out = Command::new(&bin).output().expect("run the layout program");
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut checked = 0;
+    for line in text.lines() {
+        let (k, v) = line.rsplit_once(' ').expect("`key value`");
+        assert_eq!(m.get(k), Some(&v.parse().expect("a number")), "{k}: C says {v}");
+        checked += 1;
+    }
+    assert_eq!(checked, m.len(), "every Rust entry has its C counterpart:\n{text}");
+}
