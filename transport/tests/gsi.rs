@@ -119,7 +119,8 @@ fn an_rc_connection_set_up_over_qp1_carries_data_and_is_released() {
         let remote = RcRemote { qpn, psn: theirs, gid: cfg.gids[1], mac: cfg.mac };
         connect::connect_rc(net.dev(me.node), me.qpn, &o.rc_local(1, my), &remote).unwrap();
     };
-    up(&mut net, &qb, 0, r.local_qpn, pb, r.starting_psn);
+    // A starting PSN is its sender's receive PSN: b sends from the REQ's, receives from its REP's.
+    up(&mut net, &qb, 0, r.local_qpn, r.starting_psn, pb);
     let accept = AcceptParams {
         local_qpn: qb.qpn,
         starting_psn: pb,
@@ -140,7 +141,7 @@ fn an_rc_connection_set_up_over_qp1_carries_data_and_is_released() {
     };
     let CmMessage::Rep(p) = rep.message() else { panic!() };
     assert_eq!((p.local_qpn, p.starting_psn), (qb.qpn, pb));
-    up(&mut net, &qa, 1, p.local_qpn, pa, p.starting_psn);
+    up(&mut net, &qa, 1, p.local_qpn, p.starting_psn, pa);
     hosts[0].cm.send_rtu(ia, &[]).unwrap();
     drive(&mut net, &mut hosts, |h| h[1].events.len() == 2);
     assert_eq!(hosts[1].events[1], CmEvent::RtuReceived { id: ib });

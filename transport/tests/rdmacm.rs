@@ -14,6 +14,8 @@ use uroce_transport::sim::setup::*;
 use uroce_transport::sim::{LinkConfig, Network};
 use uroce_transport::*;
 use uroce_wire::cm::ip::PortSpace;
+use uroce_wire::cm::CmMessage;
+use uroce_wire::mad::Mad;
 use uroce_wire::{parse_frame, EthernetAddress};
 
 struct Host {
@@ -122,7 +124,7 @@ fn a_client_connects_by_address_moves_data_and_disconnects() {
 
     let qb = create(&mut net, 1, &o).unwrap();
     h[1].cm.set_qp(net.dev(1), s, qb.qpn).unwrap();
-    h[1].cm.accept(net.now(), net.dev(1), s, &param(b"pong")).unwrap();
+    h[1].cm.accept(net.now(), net.dev(1), s, Some(&param(b"pong"))).unwrap();
     drive(&mut net, &mut h, sim_resolve, |h| h[0].events.len() == 3 && h[1].events.len() == 2);
     let est = &h[0].events[2];
     assert_eq!((est.kind, est.param.qp_num, &est.private_data[..4]), (EventKind::Established, qb.qpn, &b"pong"[..]));
@@ -131,7 +133,7 @@ fn a_client_connects_by_address_moves_data_and_disconnects() {
     assert_eq!(net.dev(1).query_qp(qb.qpn).unwrap().qp_state, QpState::Rts);
     let (a, b) = (net.dev(0).query_qp(qa.qpn).unwrap(), net.dev(1).query_qp(qb.qpn).unwrap());
     assert_eq!((a.dest_qp_num, b.dest_qp_num), (qb.qpn, qa.qpn));
-    assert_eq!((a.sq_psn, b.rq_psn), (b.rq_psn, a.sq_psn));
+    assert_eq!((a.sq_psn, a.rq_psn), (b.rq_psn, b.sq_psn), "each sends from the PSN the other receives from");
     assert_eq!((a.timeout, b.timeout, a.min_rnr_timer), (17, 17, 0));
 
     // WRITE a → b and SEND b → a over it.
@@ -327,7 +329,7 @@ fn the_rep_to_rxes_req_is_rxes_rep_byte_for_byte() {
         rnr_retry_count: 7,
         srq: false,
     };
-    cm.accept(net.now(), net.dev(0), e.id, &p).unwrap();
+    cm.accept(net.now(), net.dev(0), e.id, Some(&p)).unwrap();
     cm.progress(net.now(), net.dev(0), &mut gsi, &mut resolve);
     net.step();
     let ours =
@@ -344,7 +346,42 @@ fn the_rep_to_rxes_req_is_rxes_rep_byte_for_byte() {
     }
     let diff: Vec<usize> = (0..256).filter(|&i| x[i] != y[i]).collect();
     assert!(diff.is_empty(), "bytes {diff:?} differ:\nours   {:02x?}\ntheirs {:02x?}", &x[..], &y[..]);
-    // The QP went to RTS towards rxe's QP and PSN.
+    // The QP went to RTS towards rxe's QP: it sends from the REQ's starting PSN and receives
+    // from the one our REP announced — as the capture shows rxe's passive side doing (its first
+    // SEND carries the REQ's PSN, the active side's the REP's).
     let q = net.dev(0).query_qp(qpn).unwrap();
-    assert_eq!((q.qp_state, q.dest_qp_num, q.rq_psn), (QpState::Rts, 0x3d, 0x7c_c204));
+    let CmMessage::Rep(our_rep) = CmMessage::parse(&Mad::parse(a.payload(), 0).unwrap(), 0).unwrap() else { panic!() };
+    assert_eq!((q.qp_state, q.dest_qp_num), (QpState::Rts, 0x3d));
+    assert_eq!((q.sq_psn, q.rq_psn), (0x7c_c204, our_rep.starting_psn));
+    let mut first_send = std::collections::HashMap::new();
+    while let Some(f) = rd.next_packet() {
+        let f = f.unwrap().data.into_owned();
+        if let Ok(p) = parse_frame(&f) {
+            if p.roce.bth.opcode == uroce_wire::Opcode::RC_SEND_ONLY {
+                first_send.entry(p.ip.src_addr()).or_insert(p.roce.bth.psn.value());
+            }
+        }
+    }
+    assert_eq!(first_send[&me], 0x7c_c204, "rxe's passive side sends from the REQ's starting PSN");
+    assert_eq!(first_send[&peer], 0x72_7d6d, "rxe's active side sends from the REP's starting PSN");
+}
+
+#[test]
+fn accepting_without_parameters_grants_what_the_request_asked_for() {
+    // rping accepts with a NULL conn_param: librdmacm then answers with the request's resources
+    // (as the passive side sees them) and retries 7 and 7.
+    let o = QpOptions::default();
+    let (mut net, mut h, c, qa, _) = started(&o, &[]);
+    drive(&mut net, &mut h, sim_resolve, |h| !h[1].events.is_empty());
+    let s = h[1].events[0].id;
+    let qb = create(&mut net, 1, &o).unwrap();
+    h[1].cm.set_qp(net.dev(1), s, qb.qpn).unwrap();
+    h[1].cm.accept(net.now(), net.dev(1), s, None).unwrap();
+    drive(&mut net, &mut h, sim_resolve, |h| h[0].events.len() == 3);
+    let e = &h[0].events[2];
+    assert_eq!((e.id, e.kind), (c, EventKind::Established));
+    // the client asked for 1 and 1 (`param`): the REP grants 1 and 1
+    assert_eq!((e.param.responder_resources, e.param.initiator_depth, e.param.rnr_retry_count), (1, 1, 7));
+    let (a, b) = (net.dev(0).query_qp(qa.qpn).unwrap(), net.dev(1).query_qp(qb.qpn).unwrap());
+    assert_eq!((a.max_rd_atomic, a.max_dest_rd_atomic, b.max_rd_atomic, b.max_dest_rd_atomic), (1, 1, 1, 1));
 }

@@ -20,7 +20,8 @@ pub struct ConnectParams<'a> {
     pub qp_type: QpType,
     /// Our QP.
     pub local_qpn: u32,
-    /// Our first send PSN.
+    /// The "starting PSN": the PSN the passive side sends from, which our QP receives from
+    /// (Linux `ib_cm_req_param.starting_psn`, the active side's `rq_psn`).
     pub starting_psn: u32,
     /// READ/atomic requests we accept at once.
     pub responder_resources: u8,
@@ -51,7 +52,7 @@ pub struct ConnectParams<'a> {
 pub struct AcceptParams<'a> {
     /// Our QP.
     pub local_qpn: u32,
-    /// Our first send PSN.
+    /// The "starting PSN": the PSN the active side sends from, which our QP receives from.
     pub starting_psn: u32,
     /// READ/atomic requests we accept at once.
     pub responder_resources: u8,

@@ -10,6 +10,9 @@ use crate::verbs::{AccessFlags, Gid, QpAttr, QpAttrMask, QpState, QpType};
 use uroce_wire::cm::ip::{service_id, IpCmHeader, CMA_VERSION, HEADER_LEN as IP_HDR};
 use uroce_wire::cm::{CmMessage, RejReason};
 
+/// `RDMA_MAX_INIT_DEPTH` / `RDMA_MAX_RESP_RES`: "as many as the device allows".
+pub const MAX_RD_ATOMIC: u8 = 0xff;
+
 /// Linux `cm_ack_timeout`: the local ACK timeout of a path from the CA's ACK delay and the
 /// packet lifetime (`drivers/infiniband/core/cm.c`).
 pub const fn cm_ack_timeout(ca_ack_delay: u8, packet_life_time: u8) -> u8 {
@@ -104,6 +107,10 @@ impl RdmaCm {
         };
         let psn = self.new_psn();
         let qp_type = dev.qp(qpn).map(|q| q.qp_type).unwrap_or(QpType::Rc);
+        // MAX_RD_ATOMIC: the device's most (librdmacm `rdma_connect`).
+        let max = self.cfg.max_rd_atomic;
+        let cap = |v: u8| if v == MAX_RD_ATOMIC { max } else { v };
+        let (responder_resources, initiator_depth) = (cap(p.responder_resources), cap(p.initiator_depth));
         let peer = MadAddr { gid: route.dst, qpn: 1, pkey_index: 0, sgid_index: route.sgid_index };
         let cp = ConnectParams {
             peer,
@@ -111,8 +118,8 @@ impl RdmaCm {
             qp_type,
             local_qpn: qpn,
             starting_psn: psn,
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
+            responder_resources,
+            initiator_depth,
             retry_count: p.retry_count & 7,
             rnr_retry_count: p.rnr_retry_count & 7,
             path_mtu: route.mtu as u8,
@@ -136,8 +143,8 @@ impl RdmaCm {
             mtu: route.mtu,
             dmac: route.dmac,
             sgid_index: route.sgid_index,
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
+            responder_resources,
+            initiator_depth,
             retry_count: p.retry_count & 7,
             rnr_retry_count: p.rnr_retry_count & 7,
             disconnected: false,
@@ -148,14 +155,17 @@ impl RdmaCm {
         Ok(())
     }
 
-    /// RTR then RTS from what both sides agreed (`ib_cm_init_qp_attr`): the peer's QP and PSN,
-    /// the path, our resources, minimum RNR timer 0, the path's ACK timeout.
+    /// RTR then RTS from what both sides agreed (`ib_cm_init_qp_attr`): the peer's QP, the
+    /// path, our resources, minimum RNR timer 0, the path's ACK timeout; we receive from the PSN
+    /// we announced and send from the one the peer announced (a REQ's or REP's "starting PSN" is
+    /// its sender's receive PSN: Linux `cm_req_handler` takes the REQ's as the passive side's
+    /// `sq_psn`, and `rdma_cm.pcap` shows each side sending from the other's).
     fn bring_up(&self, dev: &mut Device, l: &Link) -> Result<(), RdmaCmError> {
         let local = RcLocal {
             access: QP_ACCESS,
             sgid_index: l.sgid_index,
             path_mtu: l.mtu,
-            sq_psn: l.psn,
+            sq_psn: l.peer_psn,
             max_dest_rd_atomic: l.responder_resources,
             max_rd_atomic: l.initiator_depth,
             min_rnr_timer: 0,
@@ -167,34 +177,51 @@ impl RdmaCm {
             flow_label: l.path.flow_label,
             sl: l.path.sl,
         };
-        let remote = RcRemote { qpn: l.peer_qpn, psn: l.peer_psn, gid: Gid::from_ip(l.peer.gid), mac: l.dmac };
+        let remote = RcRemote { qpn: l.peer_qpn, psn: l.psn, gid: Gid::from_ip(l.peer.gid), mac: l.dmac };
         connect::to_rtr(dev, l.qpn, &local, &remote).map_err(RdmaCmError::Verbs)?;
         connect::to_rts(dev, l.qpn, &local).map_err(RdmaCmError::Verbs)
     }
 
     /// `rdma_accept` of a `ConnectRequest` ID with a QP: the QP goes to RTR and RTS, the REP
-    /// out; `Established` follows the RTU.
+    /// out; `Established` follows the RTU. `None` (librdmacm's NULL `conn_param`), or
+    /// [`MAX_RD_ATOMIC`] in a field, takes what the request asked for, at most
+    /// [`RdmaCmConfig::max_rd_atomic`], with retries 7 and 7 (`rdma_accept`,
+    /// `ucma_copy_conn_param_to_kern`).
     pub fn accept(
         &mut self,
         now: Instant,
         dev: &mut Device,
         id: IdHandle,
-        p: &ConnParam<'_>,
+        p: Option<&ConnParam<'_>>,
     ) -> Result<(), RdmaCmError> {
         let i = self.ids.get(&id.0).ok_or(RdmaCmError::UnknownId)?;
         let (IdState::Connect, Some(mut l), Some(_), Some(qpn)) = (i.state, i.link, i.req.as_ref(), i.qpn) else {
             return Err(RdmaCmError::InvalidState("rdma_accept needs a connection request and a QP"));
         };
+        let max = self.cfg.max_rd_atomic;
+        let pick = |asked: Option<u8>, requested: u8| match asked {
+            Some(v) if v != MAX_RD_ATOMIC => v,
+            _ => requested.min(max),
+        };
+        let default = ConnParam {
+            private_data: &[],
+            responder_resources: MAX_RD_ATOMIC,
+            initiator_depth: MAX_RD_ATOMIC,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: false,
+        };
+        let p = p.unwrap_or(&default);
         l.qpn = qpn;
         l.psn = self.new_psn();
-        l.responder_resources = p.responder_resources;
-        l.initiator_depth = p.initiator_depth;
+        l.responder_resources = pick(Some(p.responder_resources), l.responder_resources);
+        l.initiator_depth = pick(Some(p.initiator_depth), l.initiator_depth);
         self.bring_up(dev, &l)?;
         let ap = AcceptParams {
             local_qpn: qpn,
             starting_psn: l.psn,
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
+            responder_resources: l.responder_resources,
+            initiator_depth: l.initiator_depth,
             target_ack_delay: self.cfg.ca_ack_delay,
             rnr_retry_count: p.rnr_retry_count & 7,
             srq: p.srq,

@@ -14,7 +14,7 @@
 
 mod conn;
 
-pub use conn::cm_ack_timeout;
+pub use conn::{cm_ack_timeout, MAX_RD_ATOMIC};
 
 use crate::cm::gsi::Gsi;
 use crate::cm::{Cm, CmConfig, CmId, MadAddr};
@@ -209,6 +209,9 @@ pub struct RdmaCmConfig {
     pub cm_response_timeout: u8,
     /// REQ retries (`CMA_MAX_CM_RETRIES`: 15).
     pub max_cm_retries: u8,
+    /// The device's most outstanding READs/atomics each way (`max_qp_rd_atom`,
+    /// `max_qp_init_rd_atom`: 128 as rxe's), what [`MAX_RD_ATOMIC`] stands for.
+    pub max_rd_atomic: u8,
 }
 
 impl Default for RdmaCmConfig {
@@ -220,6 +223,7 @@ impl Default for RdmaCmConfig {
             ca_ack_delay: 15,
             cm_response_timeout: 20,
             max_cm_retries: 15,
+            max_rd_atomic: 128,
         }
     }
 }
@@ -232,10 +236,10 @@ struct Link {
     peer: MadAddr,
     /// The path (as the active side put it in the REQ: local = the active side).
     path: PathRepr,
-    /// Our QP and its first send PSN.
+    /// Our QP, and the PSN we announced in our REQ or REP: the first we receive.
     qpn: u32,
     psn: u32,
-    /// The peer's QP and first PSN (known from the REQ, or the REP).
+    /// The peer's QP and the PSN it announced (from the REQ, or the REP): the first we send.
     peer_qpn: u32,
     peer_psn: u32,
     mtu: Mtu,

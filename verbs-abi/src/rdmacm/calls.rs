@@ -349,7 +349,8 @@ pub unsafe extern "C" fn uroce_rdma_destroy_qp(id: *mut RdmaCmIdC) {
     }
 }
 
-/// The engine's view of a `struct rdma_conn_param` (NULL: librdmacm's defaults).
+/// The engine's view of a `struct rdma_conn_param` (NULL: librdmacm's defaults for
+/// `rdma_connect`, the device's most READs/atomics each way and retries 7 and 7).
 ///
 /// # Safety
 /// `p` is NULL or the caller's struct, its private data `private_data_len` bytes.
@@ -357,8 +358,8 @@ unsafe fn conn_param<'a>(p: *const RdmaConnParamC) -> ConnParam<'a> {
     if p.is_null() {
         return ConnParam {
             private_data: &[],
-            responder_resources: 0,
-            initiator_depth: 0,
+            responder_resources: uroce_transport::rdmacm::MAX_RD_ATOMIC,
+            initiator_depth: uroce_transport::rdmacm::MAX_RD_ATOMIC,
             retry_count: 7,
             rnr_retry_count: 7,
             srq: false,
@@ -390,12 +391,12 @@ pub unsafe extern "C" fn uroce_rdma_connect(id: *mut RdmaCmIdC, param: *mut Rdma
     on_cm(id, |g, port, h| g.cm.connect(port.now(), port.device(), h, &p))
 }
 
-/// `rdma_accept(3)`.
+/// `rdma_accept(3)` (a NULL `conn_param`: what the request asked for).
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdma_accept(id: *mut RdmaCmIdC, param: *mut RdmaConnParamC) -> c_int {
     // SAFETY: the caller's struct or NULL.
-    let p = unsafe { conn_param(param) };
-    on_cm(id, |g, port, h| g.cm.accept(port.now(), port.device(), h, &p))
+    let p = (!param.is_null()).then(|| unsafe { conn_param(param) });
+    on_cm(id, |g, port, h| g.cm.accept(port.now(), port.device(), h, p.as_ref()))
 }
 
 /// `rdma_reject(3)`.

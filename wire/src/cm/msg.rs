@@ -124,7 +124,8 @@ pub struct ReqRepr<'a> {
     pub transport: u8,
     /// End-to-end flow control.
     pub e2e_flow_control: bool,
-    /// The active side's first send PSN (24 bits).
+    /// Starting PSN (24 bits): the PSN the passive side sends from — the active side's receive
+    /// PSN (Linux's passive `cm_req_handler` takes it as its `sq_psn`).
     pub starting_psn: u32,
     /// How long the active side takes to answer (5 bits).
     pub local_cm_response_timeout: u8,
@@ -292,7 +293,8 @@ pub struct RepRepr<'a> {
     pub local_qpn: u32,
     /// Local EE context (24 bits).
     pub local_eecn: u32,
-    /// The passive side's first send PSN (24 bits).
+    /// Starting PSN (24 bits): the PSN the active side sends from — the passive side's
+    /// receive PSN.
     pub starting_psn: u32,
     /// READ/atomic requests the passive side accepts at once.
     pub responder_resources: u8,
