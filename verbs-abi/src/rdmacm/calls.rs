@@ -135,16 +135,20 @@ pub unsafe extern "C" fn uroce_rdma_create_id(
     0
 }
 
-/// `rdma_destroy_id(3)`: the peer is told (REJ, DREQ or DREP) as the CM requires.
+/// `rdma_destroy_id(3)`: the peer is told (REJ, DREQ or DREP) as the CM requires. The ID
+/// leaves its device's table first, under the host's lock, so that the progress thread (which
+/// finds IDs only through that table) is done with it before it is freed.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdma_destroy_id(id: *mut RdmaCmIdC) -> c_int {
-    let Some(i) = IDS.take(id.cast()) else { return err(libc::EINVAL) };
-    if let Some((dev, h)) = *lock(&i.at) {
+    let Ok(i) = id_of(id) else { return err(libc::EINVAL) };
+    let at = *lock(&i.at);
+    if let Some((dev, h)) = at {
         let _ = with_cm(dev, |g, port| {
             g.ids.remove(&h);
             let _ = g.cm.destroy_id(port.now(), h);
         });
     }
+    let Some(i) = IDS.take(id.cast()) else { return err(libc::EINVAL) };
     if let Some(pd) = lock(&i.own_pd).take() {
         // SAFETY: a PD this library allocated for the ID.
         unsafe { crate::datapath::ibv_dealloc_pd(pd) };
