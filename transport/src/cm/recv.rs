@@ -111,8 +111,8 @@ impl Cm {
 
     fn on_req(&mut self, from: MadAddr, tid: u64, r: &ReqRepr<'_>, whole: &[u8; MAD_LEN]) -> Result<(), CmDrop> {
         // A repeat of a REQ we hold (`cm_dup_req_handler`).
-        if let Some(&id) = self.by_remote.get(&(from.gid, r.local_comm_id)) {
-            let c = &self.conns[&id];
+        let held = self.by_remote.get(&(from.gid, r.local_comm_id)).and_then(|&id| Some((id, self.conns.get(&id)?)));
+        if let Some((id, c)) = held {
             if c.remote_ca_guid == r.local_ca_guid {
                 match c.state {
                     CmState::MraReqSent => self.repeat_answer(id, AttrId::MRA),
@@ -215,7 +215,7 @@ impl Cm {
         let ours = if m.reason == RejReason::TIMEOUT && m.ids.remote == 0 {
             let id = *self.by_remote.get(&(from.gid, m.ids.local)).ok_or(CmDrop::UnknownId)?;
             let guid = m.ari.first_chunk::<8>().map(|g| u64::from_be_bytes(*g));
-            if m.ari_len < 8 || guid != Some(self.conns[&id].remote_ca_guid) {
+            if m.ari_len < 8 || guid != self.conns.get(&id).map(|c| c.remote_ca_guid) {
                 return Err(CmDrop::Mismatch);
             }
             id
@@ -293,14 +293,14 @@ impl Cm {
         };
         // It must name our QP too, so that a DREQ meant for an older connection through the same
         // IDs cannot close this one (`cm_dreq_handler`).
-        if self.conns[&id].local_qpn != m.remote_qpn || self.conns[&id].ids.remote != m.ids.local {
-            return Err(CmDrop::Mismatch);
-        }
+        let ids = match self.conns.get(&id) {
+            Some(c) if c.local_qpn == m.remote_qpn && c.ids.remote == m.ids.local => c.ids,
+            _ => return Err(CmDrop::Mismatch),
+        };
         match state {
             CmState::Established | CmState::RepSent | CmState::MraRepRcvd | CmState::DreqSent => {}
             // Time wait, or over (the ID not yet destroyed): the peer's DREP was lost.
             CmState::Timewait | CmState::Idle => {
-                let ids = self.conns[&id].ids;
                 if let Some(mad) = drep(ids) {
                     self.send(from, mad, AttrId::DREP, true);
                 }

@@ -88,6 +88,22 @@ fn attach(id: &Id, dev: &'static Device, ps: PortSpace) -> Result<IdHandle, c_in
     }
 }
 
+/// Write the addresses the engine knows into an ID's `route.addr` (those it knows: a `None`
+/// leaves the field as it is).
+///
+/// # Safety
+/// `id` is a registered ID that the program does not use concurrently with this call.
+unsafe fn set_addrs(id: *mut RdmaCmIdC, src: Option<SocketAddr>, dst: Option<SocketAddr>) {
+    // SAFETY: the caller's guarantee.
+    let a = unsafe { &mut (*id).route.addr };
+    if let Some(s) = src {
+        a.src = to_storage(s);
+    }
+    if let Some(d) = dst {
+        a.dst = to_storage(d);
+    }
+}
+
 /// `rdma_create_event_channel(3)`.
 #[no_mangle]
 pub extern "C" fn uroce_rdma_create_event_channel() -> *mut RdmaEventChannelC {
@@ -176,8 +192,8 @@ pub unsafe extern "C" fn uroce_rdma_bind_addr(id: *mut RdmaCmIdC, addr: *mut lib
                 if !a.ip().is_unspecified() {
                     (*idc).verbs = ctx;
                 }
-                if let Some((Some(src), _)) = addrs {
-                    (*idc).route.addr.src = to_storage(src);
+                if let Some((src, _)) = addrs {
+                    set_addrs(idc, src, None);
                 }
             }
             0
@@ -252,12 +268,7 @@ pub unsafe extern "C" fn uroce_rdma_resolve_addr(
             unsafe {
                 (*id).verbs = ctx;
                 if let Some((s, d)) = addrs {
-                    if let Some(s) = s {
-                        (*id).route.addr.src = to_storage(s);
-                    }
-                    if let Some(d) = d {
-                        (*id).route.addr.dst = to_storage(d);
-                    }
+                    set_addrs(id, s, d);
                 }
                 (*id).route.addr.ibaddr.sgid = Gid::from_ip(src_ip).0;
                 (*id).route.addr.ibaddr.dgid = Gid::from_ip(dst.ip()).0;
@@ -438,14 +449,7 @@ pub unsafe extern "C" fn uroce_rdma_get_cm_event(ch: *mut RdmaEventChannelC, out
         if let Ok((dev, h)) = bound(i) {
             if let Ok(Some((s, d))) = with_cm(dev, |g, _| g.cm.addrs(h)) {
                 // SAFETY: a registered ID; librdmacm too updates it in rdma_get_cm_event.
-                unsafe {
-                    if let Some(s) = s {
-                        (*ev.c.id).route.addr.src = to_storage(s);
-                    }
-                    if let Some(d) = d {
-                        (*ev.c.id).route.addr.dst = to_storage(d);
-                    }
-                }
+                unsafe { set_addrs(ev.c.id, s, d) };
             }
         }
     }
