@@ -43,21 +43,27 @@ fn text(o: &Output) -> String {
 /// must exit 0. Returns (client, server) output.
 fn pair(net: &NetPair, dir: &Path, env: &[&str], server: &[String], client: &[String]) -> (Output, Output) {
     let s = spawn(&net.b.ns, dir, env, server);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let c = loop {
-        let c = spawn(&net.a.ns, dir, env, client).finish("client", Duration::from_secs(120));
-        let refused = text(&c).contains("REJECTED");
-        if c.status.success() || !refused || Instant::now() > deadline {
-            break c;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let c = client_until_served(net, dir, env, client);
     let s = s.finish("server", Duration::from_secs(120));
     for (who, o) in [("client", &c), ("server", &s)] {
         let t = text(o);
         assert!(o.status.success(), "{client:?} {who} exited {:?}\n{}", o.status, &t[..t.len().min(4000)]);
     }
     (c, s)
+}
+
+/// Run the client until the server listens (see [`pair`]).
+fn client_until_served(net: &NetPair, dir: &Path, env: &[&str], client: &[String]) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = spawn(&net.a.ns, dir, env, client).finish("client", Duration::from_secs(120));
+        let t = text(&c);
+        let refused = t.contains("REJECTED") || t.contains("Connection refused") || t.contains("UNREACHABLE");
+        if c.status.success() || !refused || Instant::now() > deadline {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn args(v: &[&str]) -> Vec<String> {
@@ -113,5 +119,70 @@ fn stock_perftest_over_rdma_cm_between_two_uroce_processes() {
             .unwrap_or_default();
         assert!(row.len() >= 4 && row[0] == 65536.0 && row[1] == 2000.0 && row[3] > 0.0, "{tool}: {row:?}\n{out}");
         eprintln!("[rdma_cm] stock {tool} -R on uroce: {} MB/s", row[3]);
+    }
+}
+
+/// The other rdmacm-utils programs, each over AF_XDP and over kernel UDP: `ucmatose` (4
+/// connections at once, 20 SENDs each way on each, and again with `-m`: every ID migrated to
+/// a new event channel), `udaddy` (UD: the server's QP found by SIDR, 10 datagrams each way),
+/// `rdma_server`/`rdma_client` (synchronous endpoints from `rdma_getaddrinfo`, `rdma_create_ep`
+/// and `rdma_get_request`, a SEND each way on CQs librdmacm made with their completion
+/// channels) and `cmtime` (100 connections whose QPs the program moves itself with
+/// `rdma_init_qp_attr` and confirms with `rdma_establish`; its step timings printed).
+#[test]
+fn stock_ucmatose_udaddy_rdma_server_and_cmtime_between_two_uroce_processes() {
+    let tools = ["ucmatose", "udaddy", "rdma_server", "rdma_client", "cmtime"];
+    let Some(dir) = setup("rdma_cm_programs::others", &tools) else { return };
+    let net = NetPair::create(&PairConfig { subnet: 143, ..PairConfig::new("ro", 1500) }).expect("veth pair");
+    let ip = net.b.ip4.to_string();
+    for backend in ["xdp", "udp"] {
+        let env = [format!("UROCE_BACKEND={backend}")];
+        let env: Vec<&str> = env.iter().map(String::as_str).collect();
+        let runs: [(&[&str], &[&str], &[&str]); 4] = [
+            (
+                &["ucmatose", "-c", "4", "-C", "20"],
+                &["ucmatose", "-s", &ip, "-c", "4", "-C", "20"],
+                &["test complete", "return status 0"],
+            ),
+            (
+                &["ucmatose", "-c", "4", "-C", "20", "-m"],
+                &["ucmatose", "-s", &ip, "-c", "4", "-C", "20", "-m"],
+                &["test complete", "return status 0"],
+            ),
+            (
+                &["udaddy", "-C", "10"],
+                &["udaddy", "-s", &ip, "-C", "10"],
+                &["data transfers complete", "return status 0"],
+            ),
+            (&["rdma_server", "-s", &ip], &["rdma_client", "-s", &ip], &["end 0"]),
+        ];
+        for (server, client, done) in runs {
+            let (c, s) = pair(&net, &dir, &env, &args(server), &args(client));
+            for (who, o) in [("client", &c), ("server", &s)] {
+                let t = text(o);
+                for d in done {
+                    assert!(t.contains(d), "{backend} {} {who}: no {d:?}\n{t}", server[0]);
+                }
+            }
+            eprintln!("[rdma_cm] stock {} / {} over {backend}: both ends done", server[0], client[0]);
+        }
+        // cmtime's server serves until killed.
+        let mut s = spawn(&net.b.ns, &dir, &env, &args(&["cmtime", "-c", "100"]));
+        let c = client_until_served(&net, &dir, &env, &args(&["cmtime", "-s", &ip, "-c", "100"]));
+        s.kill();
+        let _ = s.finish("cmtime server", Duration::from_secs(10));
+        let t = text(&c);
+        assert!(c.status.success(), "{backend} cmtime exited {:?}:\n{t}", c.status);
+        let step = |name: &str| -> Option<f64> {
+            let l = t.lines().find(|l| l.split(':').next().map(str::trim) == Some(name))?;
+            l.split(':').nth(1)?.split_whitespace().last()?.parse().ok()
+        };
+        let (connect, disconnect) = (step("connect"), step("disconnect"));
+        assert!(connect.is_some_and(|v| v > 0.0) && disconnect.is_some_and(|v| v > 0.0), "{backend} cmtime:\n{t}");
+        eprintln!(
+            "[rdma_cm] stock cmtime over {backend}, 100 connections: connect {:.1} us/conn, disconnect {:.1} us/conn",
+            connect.unwrap_or(0.0),
+            disconnect.unwrap_or(0.0)
+        );
     }
 }

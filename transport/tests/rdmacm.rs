@@ -77,6 +77,7 @@ fn param(private_data: &[u8]) -> ConnParam<'_> {
         retry_count: 7,
         rnr_retry_count: 7,
         srq: false,
+        qp_num: 0,
     }
 }
 
@@ -264,6 +265,7 @@ fn the_req_is_rxes_byte_for_byte() {
         retry_count: 7,
         rnr_retry_count: 7,
         srq: false,
+        qp_num: 0,
     };
     cm.connect(net.now(), net.dev(0), id, &p).unwrap();
     cm.progress(net.now(), net.dev(0), &mut gsi, &mut |ip| (ip == peer).then_some(peer_mac));
@@ -328,6 +330,7 @@ fn the_rep_to_rxes_req_is_rxes_rep_byte_for_byte() {
         retry_count: 7,
         rnr_retry_count: 7,
         srq: false,
+        qp_num: 0,
     };
     cm.accept(net.now(), net.dev(0), e.id, Some(&p)).unwrap();
     cm.progress(net.now(), net.dev(0), &mut gsi, &mut resolve);
@@ -384,4 +387,148 @@ fn accepting_without_parameters_grants_what_the_request_asked_for() {
     assert_eq!((e.param.responder_resources, e.param.initiator_depth, e.param.rnr_retry_count), (1, 1, 7));
     let (a, b) = (net.dev(0).query_qp(qa.qpn).unwrap(), net.dev(1).query_qp(qb.qpn).unwrap());
     assert_eq!((a.max_rd_atomic, a.max_dest_rd_atomic, b.max_rd_atomic, b.max_dest_rd_atomic), (1, 1, 1, 1));
+}
+
+/// cmtime's way: neither side calls `rdma_create_qp`. Each names its QP in `conn_param.qp_num`
+/// and moves it with the attributes `init_qp_attr` gives; the client gets the REP as
+/// `ConnectResponse` and confirms it with `establish` (the RTU), and the QPs end up as the
+/// managed path leaves them: each sending from the PSN the other receives from.
+#[test]
+fn a_program_that_moves_its_own_qps_connects_with_init_qp_attr_and_establish() {
+    let o = QpOptions::default();
+    let mut net = Network::new(3, LinkConfig::default());
+    net.add(device(1, 3));
+    net.add(device(2, 3));
+    let mut h = hosts(&mut net, [0xa, 0xb]);
+    let l = h[1].cm.create_id(PortSpace::Tcp);
+    h[1].cm.bind_addr(l, "0.0.0.0:7176".parse().unwrap()).unwrap();
+    h[1].cm.listen(l).unwrap();
+    let c = h[0].cm.create_id(PortSpace::Tcp);
+    h[0].cm.resolve_addr(c, SocketAddr::new(IpAddr::V4(ipv4(2)), 7176), route(1, 2)).unwrap();
+    h[0].cm.resolve_route(c).unwrap();
+    let (qa, qb) = (create(&mut net, 0, &o).unwrap(), create(&mut net, 1, &o).unwrap());
+    let own = |net: &mut Network, node: usize, cm: &RdmaCm, id: IdHandle, qpn: u32, state: QpState| {
+        let (attr, mask) = cm.init_qp_attr(id, state).unwrap();
+        net.dev(node).modify_qp(qpn, &attr, mask).unwrap();
+    };
+    own(&mut net, 0, &h[0].cm, c, qa.qpn, QpState::Init);
+    assert_eq!(h[0].cm.init_qp_attr(c, QpState::Rtr).map_err(|e| e.errno()), Err(22), "no peer yet");
+    h[0].cm.connect(net.now(), net.dev(0), c, &ConnParam { qp_num: qa.qpn, ..param(&[]) }).unwrap();
+    drive(&mut net, &mut h, sim_resolve, |h| !h[1].events.is_empty());
+    let s = h[1].events[0].id;
+    for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
+        own(&mut net, 1, &h[1].cm, s, qb.qpn, st);
+    }
+    h[1].cm.accept(net.now(), net.dev(1), s, Some(&ConnParam { qp_num: qb.qpn, ..param(&[]) })).unwrap();
+    drive(&mut net, &mut h, sim_resolve, |h| h[0].events.len() == 3);
+    let resp = &h[0].events[2];
+    assert_eq!((resp.kind, resp.param.qp_num), (EventKind::ConnectResponse, qb.qpn));
+    assert_eq!(net.dev(0).query_qp(qa.qpn).unwrap().qp_state, QpState::Init, "the program moves its QP");
+    for st in [QpState::Rtr, QpState::Rts] {
+        own(&mut net, 0, &h[0].cm, c, qa.qpn, st);
+    }
+    h[0].cm.establish(c).unwrap();
+    assert_eq!(h[0].cm.establish(c).map_err(|e| e.errno()), Err(22), "once");
+    drive(&mut net, &mut h, sim_resolve, |h| h[1].events.len() == 2);
+    assert_eq!(h[1].events[1].kind, EventKind::Established);
+    assert_eq!(h[0].events.len(), 3, "no ESTABLISHED after rdma_establish, as with the kernel");
+    let (a, b) = (net.dev(0).query_qp(qa.qpn).unwrap(), net.dev(1).query_qp(qb.qpn).unwrap());
+    assert_eq!((a.qp_state, b.qp_state), (QpState::Rts, QpState::Rts));
+    assert_eq!((a.dest_qp_num, b.dest_qp_num), (qb.qpn, qa.qpn));
+    assert_eq!((a.sq_psn, a.rq_psn), (b.rq_psn, b.sq_psn));
+    assert_eq!((a.timeout, b.timeout, b.min_rnr_timer), (17, 17, 0));
+    // A disconnect leaves a program's own QP alone (librdmacm moves only the QP it made).
+    h[0].cm.disconnect(net.now(), net.dev(0), c).unwrap();
+    assert_eq!(net.dev(0).query_qp(qa.qpn).unwrap().qp_state, QpState::Rts);
+}
+
+/// A UD ID (the UDP port space): `connect` sends a SIDR_REQ; the server's `accept` answers with
+/// its UD QP and RDMA-CM's Q_Key; the client's `Established` names them with the address vector
+/// of the path, and a datagram sent with them arrives. A SIDR_REQ for a port nobody listens on
+/// comes back `Unreachable`.
+#[test]
+fn a_ud_id_finds_the_servers_qp_by_sidr_and_a_datagram_reaches_it() {
+    let mut net = Network::new(3, LinkConfig::default());
+    net.add(device(1, 3));
+    net.add(device(2, 3));
+    let mut h = hosts(&mut net, [0xa, 0xb]);
+    let l = h[1].cm.create_id(PortSpace::Udp);
+    h[1].cm.bind_addr(l, "0.0.0.0:7177".parse().unwrap()).unwrap();
+    h[1].cm.listen(l).unwrap();
+    let ud_qp = |net: &mut Network, node: usize| {
+        let d = net.dev(node);
+        let (pd, cq) = (d.alloc_pd(), d.create_cq(64).unwrap());
+        let a = QpInitAttr {
+            qp_type: QpType::Ud,
+            send_cq: cq,
+            recv_cq: cq,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+            srq: None,
+        };
+        (pd, cq, d.create_qp(pd, &a).unwrap())
+    };
+    let (pa, _, qa) = ud_qp(&mut net, 0);
+    let (pb, cb, qb) = ud_qp(&mut net, 1);
+    let c = h[0].cm.create_id(PortSpace::Udp);
+    h[0].cm.resolve_addr(c, SocketAddr::new(IpAddr::V4(ipv4(2)), 7177), route(1, 2)).unwrap();
+    h[0].cm.resolve_route(c).unwrap();
+    let rc = create(&mut net, 0, &QpOptions::default()).unwrap();
+    assert_eq!(h[0].cm.set_qp(net.dev(0), c, rc.qpn).map_err(|e| e.errno()), Err(22), "a UD ID takes a UD QP");
+    h[0].cm.set_qp(net.dev(0), c, qa).unwrap();
+    let qa_attr = net.dev(0).query_qp(qa).unwrap();
+    assert_eq!((qa_attr.qp_state, qa_attr.qkey), (QpState::Rts, 0x0123_4567), "ready at once, RDMA_UDP_QKEY");
+    h[0].cm.connect(net.now(), net.dev(0), c, &param(b"hello")).unwrap();
+    drive(&mut net, &mut h, sim_resolve, |h| !h[1].events.is_empty());
+    let req = h[1].events[0].clone();
+    assert_eq!((req.kind, req.listen_id, &req.private_data[..5]), (EventKind::ConnectRequest, Some(l), &b"hello"[..]));
+    assert!(req.ud.is_some());
+    h[1].cm.set_qp(net.dev(1), req.id, qb).unwrap();
+    h[1].cm.accept(net.now(), net.dev(1), req.id, Some(&param(b"welcome"))).unwrap();
+    drive(&mut net, &mut h, sim_resolve, |h| h[0].events.len() == 3);
+    let est = h[0].events[2].clone();
+    assert_eq!((est.kind, &est.private_data[..7]), (EventKind::Established, &b"welcome"[..]));
+    let ud = est.ud.expect("the peer's UD QP");
+    assert_eq!((ud.qp_num, ud.qkey), (qb, 0x0123_4567));
+    assert_eq!(
+        (ud.ah.dgid, ud.ah.sgid_index, ud.ah.hop_limit, ud.ah.dmac),
+        (Gid::from_ip(IpAddr::V4(ipv4(2))), 1, 64, mac(2))
+    );
+    assert_eq!(h[1].events.len(), 1, "no event on the passive side of a SIDR");
+
+    // A datagram with what the event gave.
+    let rbuf = reg(&mut net, 1, pb, 4096, ALL_ACCESS, |_| 0);
+    net.dev(1).post_recv(qb, &RecvWr { wr_id: 9, sg_list: &[sge(&rbuf, 0, 4096)] }).unwrap();
+    let sbuf = reg(&mut net, 0, pa, 64, ALL_ACCESS, |i| pattern(3, i));
+    let ah = net.dev(0).create_ah(pa, &ud.ah).unwrap();
+    let sg = [sge(&sbuf, 0, 64)];
+    let wr = SendWr {
+        wr_id: 1,
+        opcode: WrOpcode::Send,
+        sg_list: &sg,
+        ud: Some(UdDest { ah, remote_qpn: ud.qp_num, remote_qkey: ud.qkey }),
+        ..Default::default()
+    };
+    net.dev(0).post_send(qa, &wr).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..10_000 {
+        got.extend(drain_cq(&mut net, 1, cb));
+        if !got.is_empty() || !net.step() {
+            break;
+        }
+    }
+    assert_eq!((got.len(), got[0].wr_id, got[0].byte_len, got[0].status), (1, 9, 40 + 64, WcStatus::Success));
+    assert_eq!(mr_bytes(&mut net, 1, &rbuf)[40..104], mr_bytes(&mut net, 0, &sbuf)[..]);
+
+    // Nobody on 7178.
+    let c2 = h[0].cm.create_id(PortSpace::Udp);
+    h[0].cm.resolve_addr(c2, SocketAddr::new(IpAddr::V4(ipv4(2)), 7178), route(1, 2)).unwrap();
+    h[0].cm.resolve_route(c2).unwrap();
+    let (_, _, q2) = ud_qp(&mut net, 0);
+    h[0].cm.set_qp(net.dev(0), c2, q2).unwrap();
+    h[0].cm.connect(net.now(), net.dev(0), c2, &param(&[])).unwrap();
+    drive(&mut net, &mut h, sim_resolve, |h| h[0].events.len() == 6);
+    let e = &h[0].events[5];
+    assert_eq!((e.id, e.kind), (c2, EventKind::Unreachable));
+    assert!(e.status > 0, "a SIDR status, not an errno: {}", e.status);
 }

@@ -466,6 +466,7 @@ pub struct QpCapC {
 
 /// `struct ibv_qp_init_attr` (64 bytes).
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct QpInitAttrC {
     /// `qp_context`.
     pub qp_context: *mut c_void,

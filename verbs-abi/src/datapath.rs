@@ -769,6 +769,45 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut IbvQp, attr: *mut QpAttrC, mask:
     }
 }
 
+/// The C view of the engine's QP attributes (`ibv_query_qp`, `rdma_init_qp_attr`); `cap` is
+/// left zero. The address vector is always global on port 1 (RoCE).
+pub(crate) fn qp_attr_c(a: &QpAttr) -> QpAttrC {
+    let av = a.ah_attr;
+    QpAttrC {
+        qp_state: a.qp_state as c_int,
+        cur_qp_state: a.qp_state as c_int,
+        path_mtu: a.path_mtu as c_int,
+        path_mig_state: 0, // IBV_MIG_MIGRATED: no alternate path
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags.0,
+        ah_attr: AhAttrC {
+            grh: GlobalRoute {
+                dgid: av.dgid.0,
+                flow_label: av.flow_label,
+                sgid_index: av.sgid_index,
+                hop_limit: av.hop_limit,
+                traffic_class: av.traffic_class,
+            },
+            sl: av.sl,
+            is_global: 1,
+            port_num: 1,
+            ..AhAttrC::default()
+        },
+        pkey_index: a.pkey_index,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: 1,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        ..QpAttrC::default()
+    }
+}
+
 /// `ibv_query_qp(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_qp(
@@ -797,41 +836,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         max_recv_sge: cap.max_recv_sge,
         max_inline_data: cap.max_inline_data,
     };
-    let av = a.ah_attr;
-    let out = QpAttrC {
-        qp_state: a.qp_state as c_int,
-        cur_qp_state: a.qp_state as c_int,
-        path_mtu: a.path_mtu as c_int,
-        path_mig_state: 0, // IBV_MIG_MIGRATED: no alternate path
-        qkey: a.qkey,
-        rq_psn: a.rq_psn,
-        sq_psn: a.sq_psn,
-        dest_qp_num: a.dest_qp_num,
-        qp_access_flags: a.qp_access_flags.0,
-        cap: capc,
-        ah_attr: AhAttrC {
-            grh: GlobalRoute {
-                dgid: av.dgid.0,
-                flow_label: av.flow_label,
-                sgid_index: av.sgid_index,
-                hop_limit: av.hop_limit,
-                traffic_class: av.traffic_class,
-            },
-            sl: av.sl,
-            is_global: 1,
-            port_num: 1,
-            ..AhAttrC::default()
-        },
-        pkey_index: a.pkey_index,
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        port_num: 1,
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        ..QpAttrC::default()
-    };
+    let out = QpAttrC { cap: capc, ..qp_attr_c(&a) };
     // SAFETY: the caller's structs.
     unsafe {
         attr.write(out);

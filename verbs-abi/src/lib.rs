@@ -51,6 +51,12 @@ pub(crate) fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// The calling thread's `errno`.
+pub(crate) fn errno() -> i32 {
+    // SAFETY: __errno_location returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
 /// Live objects of one kind handed to the program, by the address the program holds. Every
 /// entry point looks its handles up here before touching them, so a NULL, foreign or
 /// destroyed handle is an error code, not a dereference.

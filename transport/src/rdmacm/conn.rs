@@ -7,7 +7,7 @@ use crate::cm::{AcceptParams, CmEvent, ConnectParams, Received};
 use crate::connect::{self, RcLocal, RcRemote};
 use crate::formulas::rdma_cm_flow_label;
 use crate::verbs::{AccessFlags, Gid, QpAttr, QpAttrMask, QpState, QpType};
-use uroce_wire::cm::ip::{service_id, IpCmHeader, CMA_VERSION, HEADER_LEN as IP_HDR};
+use uroce_wire::cm::ip::{service_id, IpCmHeader, CMA_VERSION, HEADER_LEN as IP_HDR, UDP_QKEY};
 use uroce_wire::cm::{CmMessage, RejReason};
 
 /// `RDMA_MAX_INIT_DEPTH` / `RDMA_MAX_RESP_RES`: "as many as the device allows".
@@ -43,17 +43,53 @@ fn v4_mapped(ip: IpAddr) -> std::net::Ipv6Addr {
 }
 
 impl RdmaCm {
-    /// `rdma_create_qp`'s part here: the ID uses QP `qpn` (created by the caller), which goes to
-    /// INIT (librdmacm `ucma_init_conn_qp`).
+    /// `rdma_create_qp`'s part here: the ID uses QP `qpn` (created by the caller) and moves it
+    /// from now on. A connected QP goes to INIT (librdmacm `ucma_init_conn_qp`); a UD QP
+    /// straight to RTS with the port space's Q_Key and send PSN 0 (`ucma_init_ud_qp`).
     pub fn set_qp(&mut self, dev: &mut Device, id: IdHandle, qpn: u32) -> Result<(), RdmaCmError> {
-        self.id_mut(id)?;
+        let ps = self.id_mut(id)?.ps;
         let ty = dev.qp(qpn).map(|q| q.qp_type).ok_or(RdmaCmError::Verbs(VerbsError::NoSuchObject("QP")))?;
-        if ty != QpType::Rc && ty != QpType::Uc {
-            return Err(RdmaCmError::Invalid("only RC and UC QPs connect through the CM"));
+        if is_ud(ps) {
+            if ty != QpType::Ud {
+                return Err(RdmaCmError::Invalid("the UDP port space takes UD QPs"));
+            }
+            connect::ud_ready(dev, qpn, UDP_QKEY, 0).map_err(RdmaCmError::Verbs)?;
+        } else {
+            if ty != QpType::Rc && ty != QpType::Uc {
+                return Err(RdmaCmError::Invalid("only RC and UC QPs connect through the CM"));
+            }
+            let (attr, mask) = self.init_qp_attr(id, QpState::Init)?;
+            dev.modify_qp(qpn, &attr, mask).map_err(RdmaCmError::Verbs)?;
         }
-        connect::to_init(dev, qpn, QP_ACCESS).map_err(RdmaCmError::Verbs)?;
         self.id_mut(id)?.qpn = Some(qpn);
         Ok(())
+    }
+
+    /// `rdma_init_qp_attr`: the attributes and mask that take the ID's QP to `state` (INIT,
+    /// RTR or RTS) on this connection, as the kernel's `rdma_init_qp_attr` gives them
+    /// (`cma_ib_init_qp_attr` for INIT, `ib_cm_init_qp_attr` after it) — for a program that
+    /// moves its own QP (no `rdma_create_qp`), and what [`RdmaCm::set_qp`] and the QPs this
+    /// layer brings up use. RTR and RTS need the peer's QP: after the REQ (passive side) or
+    /// the REP (active side).
+    pub fn init_qp_attr(&self, id: IdHandle, state: QpState) -> Result<(QpAttr, QpAttrMask), RdmaCmError> {
+        let i = self.ids.get(&id.0).ok_or(RdmaCmError::UnknownId)?;
+        let link = i.link.filter(|l| l.peer_qpn != 0);
+        match (state, link) {
+            (QpState::Init, _) if is_ud(i.ps) => Ok((
+                QpAttr { qp_state: QpState::Init, port_num: 1, pkey_index: 0, qkey: UDP_QKEY, ..Default::default() },
+                connect::UD_INIT_MASK,
+            )),
+            (QpState::Init, _) => Ok((connect::init_attr(QP_ACCESS), connect::INIT_MASK)),
+            (QpState::Rtr, Some(l)) => {
+                let (local, remote) = self.qp_params(&l);
+                Ok((connect::rtr_attr(&local, &remote), connect::RTR_MASK))
+            }
+            (QpState::Rts, Some(l)) => Ok((connect::rts_attr(&self.qp_params(&l).0), connect::RTS_MASK)),
+            (QpState::Rtr | QpState::Rts, None) => {
+                Err(RdmaCmError::InvalidState("rdma_init_qp_attr: RTR and RTS need the peer's REQ or REP"))
+            }
+            _ => Err(RdmaCmError::Invalid("rdma_init_qp_attr: INIT, RTR or RTS")),
+        }
     }
 
     fn new_psn(&mut self) -> u32 {
@@ -77,12 +113,20 @@ impl RdmaCm {
         p: &ConnParam<'_>,
     ) -> Result<(), RdmaCmError> {
         let i = self.ids.get(&id.0).ok_or(RdmaCmError::UnknownId)?;
-        let (IdState::RouteResolved, Some(route), Some(src), Some(dst), Some(qpn)) =
-            (i.state, i.route, i.src, i.dst, i.qpn)
-        else {
-            return Err(RdmaCmError::InvalidState("rdma_connect needs a resolved route and a QP"));
+        if is_ud(i.ps) {
+            return self.connect_ud(now, id, p);
+        }
+        let (IdState::RouteResolved, Some(route), Some(src), Some(dst)) = (i.state, i.route, i.src, i.dst) else {
+            return Err(RdmaCmError::InvalidState("rdma_connect needs a resolved route"));
         };
         let ps = i.ps;
+        let (qpn, managed) = match i.qpn {
+            Some(q) => (q, true),
+            None if p.qp_num != 0 => (p.qp_num, false),
+            None => {
+                return Err(RdmaCmError::InvalidState("rdma_connect needs a QP (rdma_create_qp, or conn_param.qp_num)"))
+            }
+        };
         if p.private_data.len() > uroce_wire::cm::private_len::REQ - IP_HDR {
             return Err(RdmaCmError::Invalid("REQ private data longer than 56 bytes"));
         }
@@ -100,7 +144,7 @@ impl RdmaCm {
             flow_label: rdma_cm_flow_label(src.port(), dst.port()),
             packet_rate: 0,
             traffic_class: 0,
-            hop_limit: 64,
+            hop_limit: HOP_LIMIT,
             sl: 0,
             subnet_local: false,
             local_ack_timeout: cm_ack_timeout(self.cfg.ca_ack_delay, life),
@@ -148,6 +192,7 @@ impl RdmaCm {
             retry_count: p.retry_count & 7,
             rnr_retry_count: p.rnr_retry_count & 7,
             disconnected: false,
+            managed,
         };
         let i = self.id_mut(id)?;
         i.link = Some(link);
@@ -161,6 +206,13 @@ impl RdmaCm {
     /// its sender's receive PSN: Linux `cm_req_handler` takes the REQ's as the passive side's
     /// `sq_psn`, and `rdma_cm.pcap` shows each side sending from the other's).
     fn bring_up(&self, dev: &mut Device, l: &Link) -> Result<(), RdmaCmError> {
+        let (local, remote) = self.qp_params(l);
+        connect::to_rtr(dev, l.qpn, &local, &remote).map_err(RdmaCmError::Verbs)?;
+        connect::to_rts(dev, l.qpn, &local).map_err(RdmaCmError::Verbs)
+    }
+
+    /// The QP's side of a connection, and the peer's (see [`RdmaCm::bring_up`]).
+    fn qp_params(&self, l: &Link) -> (RcLocal, RcRemote) {
         let local = RcLocal {
             access: QP_ACCESS,
             sgid_index: l.sgid_index,
@@ -178,8 +230,7 @@ impl RdmaCm {
             sl: l.path.sl,
         };
         let remote = RcRemote { qpn: l.peer_qpn, psn: l.psn, gid: Gid::from_ip(l.peer.gid), mac: l.dmac };
-        connect::to_rtr(dev, l.qpn, &local, &remote).map_err(RdmaCmError::Verbs)?;
-        connect::to_rts(dev, l.qpn, &local).map_err(RdmaCmError::Verbs)
+        (local, remote)
     }
 
     /// `rdma_accept` of a `ConnectRequest` ID with a QP: the QP goes to RTR and RTS, the REP
@@ -195,8 +246,18 @@ impl RdmaCm {
         p: Option<&ConnParam<'_>>,
     ) -> Result<(), RdmaCmError> {
         let i = self.ids.get(&id.0).ok_or(RdmaCmError::UnknownId)?;
-        let (IdState::Connect, Some(mut l), Some(_), Some(qpn)) = (i.state, i.link, i.req.as_ref(), i.qpn) else {
-            return Err(RdmaCmError::InvalidState("rdma_accept needs a connection request and a QP"));
+        if is_ud(i.ps) {
+            return self.accept_ud(id, p);
+        }
+        let (IdState::Connect, Some(mut l), Some(_)) = (i.state, i.link, i.req.as_ref()) else {
+            return Err(RdmaCmError::InvalidState("rdma_accept needs a connection request"));
+        };
+        let (qpn, managed) = match (i.qpn, p.map_or(0, |p| p.qp_num)) {
+            (Some(q), _) => (q, true),
+            (None, q) if q != 0 => (q, false),
+            _ => {
+                return Err(RdmaCmError::InvalidState("rdma_accept needs a QP (rdma_create_qp, or conn_param.qp_num)"))
+            }
         };
         let max = self.cfg.max_rd_atomic;
         let pick = |asked: Option<u8>, requested: u8| match asked {
@@ -210,13 +271,16 @@ impl RdmaCm {
             retry_count: 7,
             rnr_retry_count: 7,
             srq: false,
+            qp_num: 0,
         };
         let p = p.unwrap_or(&default);
         l.qpn = qpn;
-        l.psn = self.new_psn();
+        l.managed = managed;
         l.responder_resources = pick(Some(p.responder_resources), l.responder_resources);
         l.initiator_depth = pick(Some(p.initiator_depth), l.initiator_depth);
-        self.bring_up(dev, &l)?;
+        if managed {
+            self.bring_up(dev, &l)?;
+        }
         let ap = AcceptParams {
             local_qpn: qpn,
             starting_psn: l.psn,
@@ -237,6 +301,9 @@ impl RdmaCm {
     /// `rdma_reject` of a `ConnectRequest` ID (REJ "consumer defined" with the private data).
     pub fn reject(&mut self, id: IdHandle, private_data: &[u8]) -> Result<(), RdmaCmError> {
         let i = self.ids.get(&id.0).ok_or(RdmaCmError::UnknownId)?;
+        if is_ud(i.ps) {
+            return self.reject_ud(id, private_data);
+        }
         let (Some(l), Some(_)) = (i.link, i.req.as_ref()) else {
             return Err(RdmaCmError::InvalidState("rdma_reject needs a connection request"));
         };
@@ -252,7 +319,9 @@ impl RdmaCm {
     pub fn disconnect(&mut self, now: Instant, dev: &mut Device, id: IdHandle) -> Result<(), RdmaCmError> {
         let i = self.ids.get(&id.0).ok_or(RdmaCmError::UnknownId)?;
         let Some(l) = i.link else { return Err(RdmaCmError::InvalidState("rdma_disconnect: not connected")) };
-        let _ = dev.modify_qp(l.qpn, &QpAttr { qp_state: QpState::Err, ..Default::default() }, QpAttrMask::STATE);
+        if l.managed {
+            to_err(dev, l.qpn);
+        }
         use crate::cm::CmState as S;
         match self.cm.state(l.cm) {
             Some(S::Established) => self.cm.disconnect(now, l.cm, &[]).map_err(RdmaCmError::Cm)?,
@@ -266,9 +335,9 @@ impl RdmaCm {
     /// `rdma_destroy_id`: the CM tells the peer what it must (REJ, DREQ or DREP).
     pub fn destroy_id(&mut self, now: Instant, id: IdHandle) -> Result<(), RdmaCmError> {
         let i = self.ids.remove(&id.0).ok_or(RdmaCmError::UnknownId)?;
-        if let Some(l) = i.link {
-            self.by_cm.remove(&l.cm);
-            let _ = self.cm.destroy(now, l.cm);
+        for cm in i.link.map(|l| l.cm).into_iter().chain(i.sidr) {
+            self.by_cm.remove(&cm);
+            let _ = self.cm.destroy(now, cm);
         }
         if let Some(src) = i.src {
             if self.bound.get(&(i.ps, src.port())) == Some(&id.0) {
@@ -299,8 +368,11 @@ impl RdmaCm {
                     s.id_mut(h).map(|i| i.state = IdState::Established).ok();
                     s.event(h, None, EventKind::Established, 0);
                 }),
-                CmEvent::RejReceived { id, reason, rej } => self.with_link(id, |s, h, _| {
+                CmEvent::RejReceived { id, reason, rej } => self.with_link(id, |s, h, l| {
                     s.id_mut(h).map(|i| i.state = IdState::Disconnect).ok();
+                    if l.managed {
+                        to_err(dev, l.qpn);
+                    }
                     s.events.push_back(Event {
                         id: h,
                         listen_id: None,
@@ -308,6 +380,7 @@ impl RdmaCm {
                         status: i32::from(reason.0),
                         private_data: rej.private_data().to_vec(),
                         param: PeerParam::default(),
+                        ud: None,
                     });
                 }),
                 CmEvent::ReqError { id } | CmEvent::RepError { id } => self.with_link(id, |s, h, _| {
@@ -326,7 +399,9 @@ impl RdmaCm {
                 CmEvent::TimewaitExit { id } => {
                     self.with_link(id, |s, h, _| s.event(h, None, EventKind::TimewaitExit, 0))
                 }
-                CmEvent::MraReceived { .. } | CmEvent::SidrReqReceived { .. } | CmEvent::SidrRepReceived { .. } => {}
+                CmEvent::SidrReqReceived { id, listen, req, .. } => self.on_sidr_req(id, listen, &req),
+                CmEvent::SidrRepReceived { id, rep } => self.on_sidr_rep(id, rep.as_ref()),
+                CmEvent::MraReceived { .. } => {}
             }
         }
         moved
@@ -356,15 +431,12 @@ impl RdmaCm {
             let _ = self.cm.reject(cm, RejReason::CONSUMER_DEFINED, &[], &[]);
             return;
         };
-        let ps = self.ids.get(&parent).map_or(PortSpace::Tcp, |p| p.ps);
-        let child = self.create_id(ps);
-        let port = (listen & 0xffff) as u16;
         let link = Link {
             cm,
             peer,
             path: r.primary,
             qpn: 0,
-            psn: 0,
+            psn: self.new_psn(),
             peer_qpn: r.local_qpn,
             peer_psn: r.starting_psn,
             mtu: Mtu::from_enum(r.path_mtu).unwrap_or(Mtu::Mtu1024),
@@ -375,6 +447,7 @@ impl RdmaCm {
             retry_count: r.retry_count,
             rnr_retry_count: r.rnr_retry_count,
             disconnected: false,
+            managed: false,
         };
         let param = PeerParam {
             responder_resources: r.initiator_depth,
@@ -386,14 +459,47 @@ impl RdmaCm {
             qp_num: r.local_qpn,
         };
         let private_data = r.private_data[IP_HDR..].to_vec();
+        let req = req.clone();
+        let child = self.new_request(cm, parent, listen, &hdr, |i| {
+            i.link = Some(link);
+            i.req = Some(req);
+        });
+        self.request_event(child, parent, private_data, param, None);
+    }
+
+    /// A request's new ID (Linux `cma_ib_new_conn_id`, `cma_ib_new_udp_id`): in the listener's
+    /// port space, connecting, its addresses from RDMA-CM's header, found by its CM ID; `fill`
+    /// gives it what its kind of request needs.
+    pub(super) fn new_request(
+        &mut self,
+        cm: CmId,
+        parent: u32,
+        listen: u64,
+        hdr: &IpCmHeader,
+        fill: impl FnOnce(&mut Id),
+    ) -> IdHandle {
+        let ps = self.ids.get(&parent).map_or(PortSpace::Tcp, |p| p.ps);
+        let child = self.create_id(ps);
+        let port = (listen & 0xffff) as u16;
         if let Some(i) = self.ids.get_mut(&child.0) {
             i.state = IdState::Connect;
             i.src = Some(SocketAddr::new(hdr.dst, port));
             i.dst = Some(SocketAddr::new(hdr.src, hdr.src_port));
-            i.link = Some(link);
-            i.req = Some(req.clone());
+            fill(i);
         }
         self.by_cm.insert(cm, child.0);
+        child
+    }
+
+    /// The `ConnectRequest` of a request's new ID, for its listener.
+    pub(super) fn request_event(
+        &mut self,
+        child: IdHandle,
+        parent: u32,
+        private_data: Vec<u8>,
+        param: PeerParam,
+        ud: Option<UdParam>,
+    ) {
         self.events.push_back(Event {
             id: child,
             listen_id: Some(IdHandle(parent)),
@@ -401,6 +507,7 @@ impl RdmaCm {
             status: 0,
             private_data,
             param,
+            ud,
         });
     }
 
@@ -422,6 +529,23 @@ impl RdmaCm {
             srq: p.srq,
             qp_num: p.local_qpn,
         };
+        if !l.managed {
+            // The program moves its own QP: it gets the REP as `ConnectResponse` and answers with
+            // `rdma_establish` (the kernel's `cma_ib_handler` without a QP).
+            if let Some(i) = self.ids.get_mut(&h) {
+                i.link = Some(l);
+            }
+            self.events.push_back(Event {
+                id: IdHandle(h),
+                listen_id: None,
+                kind: EventKind::ConnectResponse,
+                status: 0,
+                private_data: p.private_data.to_vec(),
+                param,
+                ud: None,
+            });
+            return;
+        }
         let up = self.bring_up(dev, &l);
         let ok = up.is_ok() && self.cm.send_rtu(cm, &[]).is_ok();
         if let Some(i) = self.ids.get_mut(&h) {
@@ -440,8 +564,29 @@ impl RdmaCm {
             status: 0,
             private_data: p.private_data.to_vec(),
             param,
+            ud: None,
         });
     }
+
+    /// `rdma_establish`: an active ID whose program moves its own QP confirms the REP it got as
+    /// `ConnectResponse` (the RTU goes out; no event follows, as with the kernel's).
+    pub fn establish(&mut self, id: IdHandle) -> Result<(), RdmaCmError> {
+        let i = self.ids.get(&id.0).ok_or(RdmaCmError::UnknownId)?;
+        let Some(l) =
+            i.link.filter(|l| !l.managed && l.peer_qpn != 0 && i.req.is_none() && i.state == IdState::Connect)
+        else {
+            return Err(RdmaCmError::InvalidState("rdma_establish: no connect response to confirm"));
+        };
+        self.cm.send_rtu(l.cm, &[]).map_err(RdmaCmError::Cm)?;
+        self.id_mut(id)?.state = IdState::Established;
+        Ok(())
+    }
+}
+
+/// librdmacm `ucma_modify_qp_err`: a connection going down takes its QP to ERR (a QP that is
+/// gone already is no error).
+fn to_err(dev: &mut Device, qpn: u32) {
+    let _ = dev.modify_qp(qpn, &QpAttr { qp_state: QpState::Err, ..Default::default() }, QpAttrMask::STATE);
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! (`CMA_CM_RESPONSE_TIMEOUT`, `CMA_MAX_CM_RETRIES`).
 
 mod conn;
+mod ud;
 
 pub use conn::{cm_ack_timeout, MAX_RD_ATOMIC};
 
@@ -69,6 +70,9 @@ pub struct ConnParam<'a> {
     pub rnr_retry_count: u8,
     /// The QP uses an SRQ.
     pub srq: bool,
+    /// The QP, for an ID without one of its own (`rdma_create_qp` not called: the program
+    /// moves its QP itself, with [`RdmaCm::init_qp_attr`]).
+    pub qp_num: u32,
 }
 
 /// What an event tells of the peer's connection parameters (`struct rdma_conn_param` in
@@ -107,6 +111,21 @@ pub struct Event {
     pub private_data: Vec<u8>,
     /// The peer's parameters (`ConnectRequest`, `Established` on the active side).
     pub param: PeerParam,
+    /// For a UD ID's `Established` (a SIDR_REP): how to reach the peer's QP
+    /// (`struct rdma_ud_param`).
+    pub ud: Option<UdParam>,
+}
+
+/// The peer's UD QP as a SIDR_REP names it, with the address vector of the path
+/// (`struct rdma_ud_param`; Linux `cma_sidr_rep_handler`, `ib_init_ah_attr_from_path`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct UdParam {
+    /// The address vector (the path's GIDs, flow label and hop limit; the next hop's MAC).
+    pub ah: crate::verbs::AddressVector,
+    /// The peer's QP.
+    pub qp_num: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
 }
 
 /// How to reach a destination: what `rdma_resolve_addr` and `rdma_resolve_route` learn from the
@@ -253,6 +272,19 @@ struct Link {
     rnr_retry_count: u8,
     /// A DISCONNECTED event has been given.
     disconnected: bool,
+    /// This layer moves the QP (it came through `rdma_create_qp`); otherwise the program does,
+    /// with [`RdmaCm::init_qp_attr`].
+    managed: bool,
+}
+
+/// The hop limit of the paths RDMA-CM resolves (the kernel takes the route's: 64 unless
+/// configured otherwise).
+const HOP_LIMIT: u8 = 64;
+
+/// Whether IDs of port space `ps` are UD IDs, resolved with SIDR (librdmacm
+/// `ucma_is_ud_qp`: the UDP and IPoIB port spaces).
+fn is_ud(ps: PortSpace) -> bool {
+    matches!(ps, PortSpace::Udp | PortSpace::Ipoib)
 }
 
 #[derive(Clone, Debug)]
@@ -266,6 +298,9 @@ struct Id {
     link: Option<Link>,
     /// A passive ID's REQ, until accepted or rejected.
     req: Option<crate::cm::Received>,
+    /// A UD ID's SIDR exchange: ours (active, until the SIDR_REP) or the peer's (passive, until
+    /// accepted or rejected).
+    sidr: Option<CmId>,
 }
 
 /// The RDMA-CM of one device.
@@ -347,7 +382,17 @@ impl RdmaCm {
         while self.ids.contains_key(&self.next_id) {
             self.next_id = self.next_id.wrapping_add(1).max(1);
         }
-        let id = Id { ps, state: IdState::Idle, src: None, dst: None, route: None, qpn: None, link: None, req: None };
+        let id = Id {
+            ps,
+            state: IdState::Idle,
+            src: None,
+            dst: None,
+            route: None,
+            qpn: None,
+            link: None,
+            req: None,
+            sidr: None,
+        };
         self.ids.insert(self.next_id, id);
         IdHandle(self.next_id)
     }
@@ -438,6 +483,7 @@ impl RdmaCm {
             status,
             private_data: Vec::new(),
             param: PeerParam::default(),
+            ud: None,
         });
     }
 

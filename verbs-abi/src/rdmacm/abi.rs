@@ -156,3 +156,8 @@ pub const RDMA_PS_UDP: c_int = 0x0111;
 pub const RDMA_PS_IB: c_int = 0x013f;
 /// `RDMA_PS_IPOIB`.
 pub const RDMA_PS_IPOIB: c_int = 0x0002;
+
+/// `IBV_QPT_RC`.
+pub const IBV_QPT_RC: c_int = 2;
+/// `IBV_QPT_UD`.
+pub const IBV_QPT_UD: c_int = 4;

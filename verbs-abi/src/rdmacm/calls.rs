@@ -5,18 +5,18 @@
 use super::abi::*;
 use super::channel::Channel;
 use super::{event_name, from_sockaddr, host, lock, to_storage, Id, CHANNELS, EVENTS, IDS};
-use crate::abi::{IbvContext, IbvPd, QpInitAttrC};
+use crate::abi::{IbvContext, IbvPd, QpAttrC, QpInitAttrC};
 use crate::device::{devices, Device};
 use crate::set_errno;
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr::null_mut;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::Mutex;
-use uroce_transport::rdmacm::{ConnParam, IdHandle, RdmaCmError, Route};
-use uroce_transport::verbs::Gid;
+use std::sync::atomic::Ordering;
+use uroce_transport::rdmacm::{ConnParam, EventKind, IdHandle, RdmaCmError, Route};
+use uroce_transport::verbs::{Gid, QpState};
 use uroce_wire::cm::ip::PortSpace;
 
-fn err(e: c_int) -> c_int {
+pub(super) fn err(e: c_int) -> c_int {
     set_errno(e);
     -1
 }
@@ -36,7 +36,7 @@ fn port_space(ps: c_int) -> Option<PortSpace> {
     })
 }
 
-fn id_of<'a>(id: *mut RdmaCmIdC) -> Result<&'a Id, c_int> {
+pub(super) fn id_of<'a>(id: *mut RdmaCmIdC) -> Result<&'a Id, c_int> {
     IDS.get(id.cast()).ok_or(libc::EINVAL)
 }
 
@@ -107,12 +107,8 @@ unsafe fn set_addrs(id: *mut RdmaCmIdC, src: Option<SocketAddr>, dst: Option<Soc
 /// `rdma_create_event_channel(3)`.
 #[no_mangle]
 pub extern "C" fn uroce_rdma_create_event_channel() -> *mut RdmaEventChannelC {
-    match Channel::new() {
-        Ok(c) => {
-            let p = Box::into_raw(c);
-            CHANNELS.insert(p.cast(), p);
-            p.cast()
-        }
+    match Channel::register() {
+        Ok(c) => c,
         Err(e) => {
             set_errno(e);
             null_mut()
@@ -126,7 +122,17 @@ pub unsafe extern "C" fn uroce_rdma_destroy_event_channel(ch: *mut RdmaEventChan
     drop(CHANNELS.take(ch.cast()));
 }
 
-/// `rdma_create_id(3)`.
+/// The program's channel (checked), or for NULL a new one the ID owns: (channel, synchronous).
+fn channel_or_own(ch: *mut RdmaEventChannelC) -> Result<(*mut RdmaEventChannelC, bool), c_int> {
+    match ch.is_null() {
+        true => Channel::register().map(|c| (c, true)),
+        false if CHANNELS.get(ch.cast()).is_some() => Ok((ch, false)),
+        false => Err(libc::EINVAL),
+    }
+}
+
+/// `rdma_create_id(3)`. Without a channel the ID is synchronous: it gets a channel of its own,
+/// and the calls that lead to an event return when it has come (librdmacm `ucma_complete`).
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdma_create_id(
     ch: *mut RdmaEventChannelC,
@@ -134,17 +140,21 @@ pub unsafe extern "C" fn uroce_rdma_create_id(
     context: *mut c_void,
     ps: c_int,
 ) -> c_int {
-    if out.is_null() || CHANNELS.get(ch.cast()).is_none() || port_space(ps).is_none() {
+    if out.is_null() || port_space(ps).is_none() {
         return err(libc::EINVAL);
     }
+    let (ch, sync) = match channel_or_own(ch) {
+        Ok(c) => c,
+        Err(e) => return err(e),
+    };
     // SAFETY: all-zero is a valid rdma_cm_id (NULL pointers, zero integers).
     let mut c: RdmaCmIdC = unsafe { core::mem::zeroed() };
     c.channel = ch;
     c.context = context;
     c.ps = ps;
     c.port_num = 1;
-    c.qp_type = if ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB { 4 } else { 2 }; // IBV_QPT_UD : IBV_QPT_RC
-    let id = Box::into_raw(Box::new(Id { c, at: Mutex::new(None), own_pd: Mutex::new(None) }));
+    c.qp_type = if ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB { IBV_QPT_UD } else { IBV_QPT_RC };
+    let id = Box::into_raw(Box::new(Id::new(c, None, sync)));
     IDS.insert(id.cast(), id);
     // SAFETY: the caller's out-pointer, checked non-NULL.
     unsafe { *out = id.cast() };
@@ -164,12 +174,56 @@ pub unsafe extern "C" fn uroce_rdma_destroy_id(id: *mut RdmaCmIdC) -> c_int {
             let _ = g.cm.destroy_id(port.now(), h);
         });
     }
+    // SAFETY: a registered ID.
+    unsafe { ack_kept(id) };
     let Some(i) = IDS.take(id.cast()) else { return err(libc::EINVAL) };
-    if let Some(pd) = lock(&i.own_pd).take() {
-        // SAFETY: a PD this library allocated for the ID.
-        unsafe { crate::datapath::ibv_dealloc_pd(pd) };
+    if i.sync.load(Ordering::Relaxed) {
+        drop(CHANNELS.take(i.c.channel.cast()));
     }
     0
+}
+
+/// Acknowledge the event a synchronous call kept in `id->event`.
+///
+/// # Safety
+/// `id` is a registered ID.
+pub(super) unsafe fn ack_kept(id: *mut RdmaCmIdC) {
+    // SAFETY: the caller's guarantee.
+    let e = unsafe { core::mem::replace(&mut (*id).event, null_mut()) };
+    if !e.is_null() {
+        // SAFETY: an event this library handed out.
+        unsafe { uroce_rdma_ack_cm_event(e) };
+    }
+}
+
+/// librdmacm `ucma_complete`: after a call `r` that succeeded, a synchronous ID waits for the
+/// event the call leads to, keeps it in `id->event`, and fails as the event did (`REJECTED`:
+/// `ECONNREFUSED`; otherwise the status as an errno).
+///
+/// # Safety
+/// `id` is NULL or an ID the program holds.
+pub(super) unsafe fn complete(id: *mut RdmaCmIdC, r: c_int) -> c_int {
+    let Ok(i) = id_of(id) else { return r };
+    if r != 0 || !i.sync.load(Ordering::Relaxed) {
+        return r;
+    }
+    // SAFETY: a registered ID.
+    unsafe { ack_kept(id) };
+    let mut ev = null_mut();
+    // SAFETY: the ID's own channel; `ev` receives the event.
+    if unsafe { uroce_rdma_get_cm_event(i.c.channel, &mut ev) } != 0 {
+        return -1;
+    }
+    // SAFETY: the ID and the event just handed out.
+    let (kind, status) = unsafe {
+        (*id).event = ev;
+        ((*ev).event, (*ev).status)
+    };
+    match status {
+        0 => 0,
+        _ if kind == EventKind::Rejected as c_int => err(libc::ECONNREFUSED),
+        s => err(s.abs()),
+    }
 }
 
 /// `rdma_bind_addr(3)`.
@@ -184,13 +238,14 @@ pub unsafe extern "C" fn uroce_rdma_bind_addr(id: *mut RdmaCmIdC, addr: *mut lib
         Ok(h) => h,
         Err(e) => return err(e),
     };
-    match with_cm(dev, |g, _| g.cm.bind_addr(h, a).map(|()| (g.ctx, g.cm.addrs(h)))) {
-        Ok(Ok((ctx, addrs))) => {
+    match with_cm(dev, |g, _| g.cm.bind_addr(h, a).map(|()| (g.ctx, g.pd, g.cm.addrs(h)))) {
+        Ok(Ok((ctx, pd, addrs))) => {
             let idc = id.cast::<RdmaCmIdC>();
             // SAFETY: a registered ID; the program does not use it concurrently with this call.
             unsafe {
                 if !a.ip().is_unspecified() {
                     (*idc).verbs = ctx;
+                    (*idc).pd = pd;
                 }
                 if let Some((src, _)) = addrs {
                     set_addrs(idc, src, None);
@@ -260,21 +315,24 @@ pub unsafe extern "C" fn uroce_rdma_resolve_addr(
             dmac,
             mtu: port.device().config().active_mtu,
         };
-        g.cm.resolve_addr(h, dst, route).map(|()| (g.ctx, g.cm.addrs(h)))
+        g.cm.resolve_addr(h, dst, route).map(|()| (g.ctx, g.pd, g.cm.addrs(h)))
     });
     match r {
-        Ok(Ok((ctx, addrs))) => {
+        Ok(Ok((ctx, pd, addrs))) => {
             // SAFETY: a registered ID, not used concurrently by the program during this call.
             unsafe {
                 (*id).verbs = ctx;
+                if (*id).pd.is_null() {
+                    (*id).pd = pd;
+                }
                 if let Some((s, d)) = addrs {
                     set_addrs(id, s, d);
                 }
                 (*id).route.addr.ibaddr.sgid = Gid::from_ip(src_ip).0;
                 (*id).route.addr.ibaddr.dgid = Gid::from_ip(dst.ip()).0;
                 (*id).route.addr.ibaddr.pkey = 0xffffu16.to_be();
+                complete(id, 0)
             }
-            0
         }
         Ok(Err(e)) => cm_err(e),
         Err(e) => err(e),
@@ -298,7 +356,8 @@ fn on_cm(
 /// `rdma_resolve_route(3)`: `RDMA_CM_EVENT_ROUTE_RESOLVED`.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdma_resolve_route(id: *mut RdmaCmIdC, _timeout_ms: c_int) -> c_int {
-    on_cm(id, |g, _, h| g.cm.resolve_route(h))
+    // SAFETY: the caller's ID.
+    unsafe { complete(id, on_cm(id, |g, _, h| g.cm.resolve_route(h))) }
 }
 
 /// `rdma_listen(3)`.
@@ -307,50 +366,125 @@ pub unsafe extern "C" fn uroce_rdma_listen(id: *mut RdmaCmIdC, _backlog: c_int) 
     on_cm(id, |g, _, h| g.cm.listen(h))
 }
 
-/// `rdma_create_qp(3)`: a QP on the ID's device (in a PD of its own when `pd` is NULL), taken
-/// to INIT.
+/// `rdma_create_qp(3)` (librdmacm `rdma_create_qp_ex`): a QP in `pd` (NULL: the ID's), with a
+/// CQ on a completion channel of its own (`id->send_cq`, `id->recv_cq` and their channels) for
+/// each queue the program gives none for; a connected QP goes to INIT, a UD QP to RTS.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdma_create_qp(id: *mut RdmaCmIdC, pd: *mut IbvPd, init: *mut QpInitAttrC) -> c_int {
     let Ok(i) = id_of(id) else { return err(libc::EINVAL) };
-    if init.is_null() || i.c.verbs.is_null() {
-        return err(libc::EINVAL);
-    }
-    let pd = if pd.is_null() {
-        // SAFETY: the ID's context is one of ours.
-        let p = unsafe { crate::datapath::ibv_alloc_pd(i.c.verbs) };
-        if p.is_null() {
+    // SAFETY: a registered ID and the caller's init attributes.
+    let (a, pd) = unsafe {
+        let pd = if pd.is_null() { (*id).pd } else { pd };
+        if init.is_null() || i.c.verbs.is_null() || !(*id).qp.is_null() || pd.is_null() {
+            return err(libc::EINVAL);
+        }
+        (&mut *init, pd)
+    };
+    // SAFETY: a registered ID, not used concurrently by the program during this call.
+    let fresh = unsafe {
+        let send = if a.send_cq.is_null() && (*id).send_cq.is_null() { a.cap.max_send_wr } else { 0 };
+        let recv = if a.recv_cq.is_null() && (*id).recv_cq.is_null() { a.cap.max_recv_wr } else { 0 };
+        if create_cqs(id, send, recv).is_err() {
             return -1;
         }
-        *lock(&i.own_pd) = Some(p);
-        p
-    } else {
-        pd
+        if a.send_cq.is_null() {
+            a.send_cq = (*id).send_cq.cast();
+        }
+        if a.recv_cq.is_null() {
+            a.recv_cq = (*id).recv_cq.cast();
+        }
+        send != 0 || recv != 0
     };
     // SAFETY: the caller's init attributes and a PD of ours.
     let qp = unsafe { crate::datapath::ibv_create_qp(pd, init) };
-    if qp.is_null() {
-        return -1;
-    }
-    // SAFETY: a QP ibv_create_qp just returned.
-    let qpn = unsafe { (*qp).qp_num };
-    let r = on_cm(id, |g, port, h| g.cm.set_qp(port.device(), h, qpn));
+    let r = if qp.is_null() {
+        -1
+    } else {
+        // SAFETY: a QP ibv_create_qp just returned.
+        let qpn = unsafe { (*qp).qp_num };
+        on_cm(id, |g, port, h| g.cm.set_qp(port.device(), h, qpn))
+    };
     if r != 0 {
-        // SAFETY: the QP just created.
-        unsafe { crate::datapath::ibv_destroy_qp(qp) };
-        return r;
+        let e = crate::errno();
+        // SAFETY: the QP just created (if any) and the ID's CQs made for it.
+        unsafe {
+            if !qp.is_null() {
+                crate::datapath::ibv_destroy_qp(qp);
+            }
+            if fresh {
+                destroy_cqs(id);
+            }
+        }
+        return err(e);
     }
-    // SAFETY: a registered ID; the caller's init attributes.
+    // SAFETY: a registered ID.
     unsafe {
         (*id).qp = qp;
         (*id).pd = pd;
-        (*id).send_cq = (*init).send_cq.cast();
-        (*id).recv_cq = (*init).recv_cq.cast();
-        (*id).srq = (*init).srq.cast();
     }
     0
 }
 
-/// `rdma_destroy_qp(3)`.
+/// librdmacm `ucma_create_cqs`: a completion channel and a CQ of `send` and of `recv` entries
+/// (0: none), the ID as the CQ's context.
+///
+/// # Safety
+/// `id` is a registered ID with a context.
+unsafe fn create_cqs(id: *mut RdmaCmIdC, send: u32, recv: u32) -> Result<(), ()> {
+    // SAFETY: the caller's guarantee; each object is checked before it is stored.
+    unsafe {
+        let ctx = (*id).verbs;
+        for (size, chan, cq) in [
+            (recv, &raw mut (*id).recv_cq_channel, &raw mut (*id).recv_cq),
+            (send, &raw mut (*id).send_cq_channel, &raw mut (*id).send_cq),
+        ] {
+            if size == 0 {
+                continue;
+            }
+            let ch = crate::events::ibv_create_comp_channel(ctx);
+            if ch.is_null() {
+                destroy_cqs(id);
+                return Err(());
+            }
+            *chan = ch.cast();
+            let c = crate::datapath::ibv_create_cq(ctx, size as c_int, id.cast(), ch, 0);
+            if c.is_null() {
+                destroy_cqs(id);
+                return Err(());
+            }
+            *cq = c.cast();
+        }
+    }
+    Ok(())
+}
+
+/// librdmacm `ucma_destroy_cqs`: the ID's CQs and completion channels.
+///
+/// # Safety
+/// `id` is a registered ID.
+unsafe fn destroy_cqs(id: *mut RdmaCmIdC) {
+    // SAFETY: the caller's guarantee; the objects are the ID's (ours).
+    unsafe {
+        let (s, r) =
+            (core::mem::replace(&mut (*id).send_cq, null_mut()), core::mem::replace(&mut (*id).recv_cq, null_mut()));
+        for cq in if s == r { [r, null_mut()] } else { [r, s] } {
+            if !cq.is_null() {
+                crate::datapath::ibv_destroy_cq(cq.cast());
+            }
+        }
+        let (s, r) = (
+            core::mem::replace(&mut (*id).send_cq_channel, null_mut()),
+            core::mem::replace(&mut (*id).recv_cq_channel, null_mut()),
+        );
+        for ch in if s == r { [r, null_mut()] } else { [r, s] } {
+            if !ch.is_null() {
+                crate::events::ibv_destroy_comp_channel(ch.cast());
+            }
+        }
+    }
+}
+
+/// `rdma_destroy_qp(3)`: the QP, then the CQs `rdma_create_qp` made for it.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdma_destroy_qp(id: *mut RdmaCmIdC) {
     if id_of(id).is_err() {
@@ -362,6 +496,8 @@ pub unsafe extern "C" fn uroce_rdma_destroy_qp(id: *mut RdmaCmIdC) {
         // SAFETY: the ID's QP.
         unsafe { crate::datapath::ibv_destroy_qp(qp) };
     }
+    // SAFETY: a registered ID.
+    unsafe { destroy_cqs(id) };
 }
 
 /// The engine's view of a `struct rdma_conn_param` (NULL: librdmacm's defaults for
@@ -378,6 +514,7 @@ unsafe fn conn_param<'a>(p: *const RdmaConnParamC) -> ConnParam<'a> {
             retry_count: 7,
             rnr_retry_count: 7,
             srq: false,
+            qp_num: 0,
         };
     }
     // SAFETY: the caller's struct.
@@ -395,6 +532,7 @@ unsafe fn conn_param<'a>(p: *const RdmaConnParamC) -> ConnParam<'a> {
         retry_count: c.retry_count,
         rnr_retry_count: c.rnr_retry_count,
         srq: c.srq != 0,
+        qp_num: c.qp_num,
     }
 }
 
@@ -403,7 +541,9 @@ unsafe fn conn_param<'a>(p: *const RdmaConnParamC) -> ConnParam<'a> {
 pub unsafe extern "C" fn uroce_rdma_connect(id: *mut RdmaCmIdC, param: *mut RdmaConnParamC) -> c_int {
     // SAFETY: the caller's struct or NULL.
     let p = unsafe { conn_param(param) };
-    on_cm(id, |g, port, h| g.cm.connect(port.now(), port.device(), h, &p))
+    let r = on_cm(id, |g, port, h| g.cm.connect(port.now(), port.device(), h, &p));
+    // SAFETY: the caller's ID.
+    unsafe { complete(id, r) }
 }
 
 /// `rdma_accept(3)` (a NULL `conn_param`: what the request asked for).
@@ -411,7 +551,16 @@ pub unsafe extern "C" fn uroce_rdma_connect(id: *mut RdmaCmIdC, param: *mut Rdma
 pub unsafe extern "C" fn uroce_rdma_accept(id: *mut RdmaCmIdC, param: *mut RdmaConnParamC) -> c_int {
     // SAFETY: the caller's struct or NULL.
     let p = (!param.is_null()).then(|| unsafe { conn_param(param) });
-    on_cm(id, |g, port, h| g.cm.accept(port.now(), port.device(), h, p.as_ref()))
+    let r = on_cm(id, |g, port, h| g.cm.accept(port.now(), port.device(), h, p.as_ref()));
+    let Ok(i) = id_of(id) else { return r };
+    if r == 0 && i.c.qp_type == IBV_QPT_UD {
+        // No event follows a UD accept: a synchronous ID lets go of the request.
+        // SAFETY: a registered ID.
+        unsafe { ack_kept(id) };
+        return 0;
+    }
+    // SAFETY: the caller's ID.
+    unsafe { complete(id, r) }
 }
 
 /// `rdma_reject(3)`.
@@ -429,7 +578,50 @@ pub unsafe extern "C" fn uroce_rdma_reject(id: *mut RdmaCmIdC, private: *const c
 /// `rdma_disconnect(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdma_disconnect(id: *mut RdmaCmIdC) -> c_int {
-    on_cm(id, |g, port, h| g.cm.disconnect(port.now(), port.device(), h))
+    let r = on_cm(id, |g, port, h| g.cm.disconnect(port.now(), port.device(), h));
+    // SAFETY: the caller's ID.
+    unsafe { complete(id, r) }
+}
+
+/// `rdma_migrate_id(3)`: the ID's events from now on (and those queued) go to `channel`; NULL
+/// makes it synchronous on a channel of its own. Under the device's lock, so that no event is
+/// being delivered meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_migrate_id(id: *mut RdmaCmIdC, channel: *mut RdmaEventChannelC) -> c_int {
+    let Ok(i) = id_of(id) else { return err(libc::EINVAL) };
+    let was_sync = i.sync.load(Ordering::Relaxed);
+    if was_sync && channel.is_null() {
+        return err(libc::EINVAL);
+    }
+    let (to, sync) = match channel_or_own(channel) {
+        Ok(c) => c,
+        Err(e) => return err(e),
+    };
+    let switch = || {
+        let old = i.c.channel;
+        // SAFETY: a registered ID; the progress thread reads its channel only under the lock held.
+        unsafe { (*id).channel = to };
+        i.sync.store(sync, Ordering::Relaxed);
+        if let (Some(from), Some(dest)) = (CHANNELS.get(old.cast()), CHANNELS.get(to.cast())) {
+            for e in from.take_for(id) {
+                dest.push(e);
+            }
+        }
+        old
+    };
+    let old = match bound(i) {
+        Ok((dev, _)) => match with_cm(dev, |_, _| switch()) {
+            Ok(o) => o,
+            Err(e) => return err(e),
+        },
+        Err(_) => switch(),
+    };
+    if was_sync {
+        // SAFETY: a registered ID.
+        unsafe { ack_kept(id) };
+        drop(CHANNELS.take(old.cast()));
+    }
+    0
 }
 
 /// `rdma_get_cm_event(3)`: blocks unless the program made the channel's descriptor
@@ -523,11 +715,42 @@ pub unsafe extern "C" fn uroce_rdma_notify(id: *mut RdmaCmIdC, _event: c_int) ->
     0
 }
 
-/// `rdma_establish(3)`: as `rdma_notify`.
+/// `rdma_establish(3)`: an active ID without a QP of librdmacm's confirms the
+/// `CONNECT_RESPONSE` it got (the RTU goes out); its program has moved its QP to RTS.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdma_establish(id: *mut RdmaCmIdC) -> c_int {
-    // SAFETY: as rdma_notify.
-    unsafe { uroce_rdma_notify(id, 0) }
+    match id_of(id) {
+        Ok(i) if i.c.qp.is_null() => on_cm(id, |g, _, h| g.cm.establish(h)),
+        _ => err(libc::EINVAL),
+    }
+}
+
+/// `rdma_init_qp_attr(3)`: the attributes and mask that take a program's own QP to
+/// `attr->qp_state` (INIT, RTR or RTS) on this ID's connection.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_init_qp_attr(id: *mut RdmaCmIdC, attr: *mut QpAttrC, mask: *mut c_int) -> c_int {
+    if attr.is_null() || mask.is_null() {
+        return err(libc::EINVAL);
+    }
+    // SAFETY: the caller's struct.
+    let want = unsafe { (*attr).qp_state };
+    let Some(state) = usize::try_from(want).ok().and_then(|s| QpState::ALL.get(s).copied()) else {
+        return err(libc::EINVAL);
+    };
+    let Ok(i) = id_of(id) else { return err(libc::EINVAL) };
+    let Ok((dev, h)) = bound(i) else { return err(libc::EINVAL) };
+    match with_cm(dev, |g, _| g.cm.init_qp_attr(h, state)) {
+        Ok(Ok((a, m))) => {
+            // SAFETY: the caller's structs.
+            unsafe {
+                attr.write(crate::datapath::qp_attr_c(&a));
+                *mask = m.0 as c_int;
+            }
+            0
+        }
+        Ok(Err(e)) => cm_err(e),
+        Err(e) => err(e),
+    }
 }
 
 /// `rpoll(3)` on ordinary descriptors (no rsockets here): `poll(2)`.
@@ -540,14 +763,14 @@ pub unsafe extern "C" fn uroce_rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t,
 /// `struct rdma_addrinfo`.
 #[repr(C)]
 pub struct RdmaAddrinfoC {
-    ai_flags: c_int,
+    pub(super) ai_flags: c_int,
     ai_family: c_int,
-    ai_qp_type: c_int,
-    ai_port_space: c_int,
+    pub(super) ai_qp_type: c_int,
+    pub(super) ai_port_space: c_int,
     ai_src_len: libc::socklen_t,
     ai_dst_len: libc::socklen_t,
-    ai_src_addr: *mut libc::sockaddr,
-    ai_dst_addr: *mut libc::sockaddr,
+    pub(super) ai_src_addr: *mut libc::sockaddr,
+    pub(super) ai_dst_addr: *mut libc::sockaddr,
     ai_src_canonname: *mut c_char,
     ai_dst_canonname: *mut c_char,
     ai_route_len: usize,
@@ -557,7 +780,7 @@ pub struct RdmaAddrinfoC {
     ai_next: *mut RdmaAddrinfoC,
 }
 
-const RAI_PASSIVE: c_int = 1;
+pub(super) const RAI_PASSIVE: c_int = 1;
 
 /// `rdma_getaddrinfo(3)`: `getaddrinfo(3)` of the node and service, the first address as the
 /// destination (the source with `RAI_PASSIVE`), TCP port space and RC unless the hints say.

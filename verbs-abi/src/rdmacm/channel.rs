@@ -27,6 +27,13 @@ impl Channel {
         Ok(Box::new(Channel { c: RdmaEventChannelC { fd }, queue: Mutex::new(VecDeque::new()) }))
     }
 
+    /// A new channel, registered: the program's handle.
+    pub fn register() -> Result<*mut RdmaEventChannelC, c_int> {
+        let p = Box::into_raw(Channel::new()?);
+        super::CHANNELS.insert(p.cast(), p);
+        Ok(p.cast())
+    }
+
     /// Queue an event and make the descriptor readable once more.
     pub fn push(&self, e: Box<EventBox>) {
         lock(&self.queue).push_back(e);
@@ -35,15 +42,31 @@ impl Channel {
         unsafe { libc::write(self.c.fd, (&one as *const u64).cast(), 8) };
     }
 
-    /// Wait for (or, on a non-blocking descriptor, look for) the next event.
+    /// Wait for (or, on a non-blocking descriptor, look for) the next event. A count whose
+    /// event moved to another channel ([`Channel::take_for`]) is passed over.
     pub fn pop(&self) -> Result<Box<EventBox>, c_int> {
-        let mut v: u64 = 0;
-        // SAFETY: our eventfd; reading 8 bytes into a valid u64 is its ABI.
-        let n = unsafe { libc::read(self.c.fd, (&mut v as *mut u64).cast(), 8) };
-        if n != 8 {
-            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+        loop {
+            let mut v: u64 = 0;
+            // SAFETY: our eventfd; reading 8 bytes into a valid u64 is its ABI.
+            let n = unsafe { libc::read(self.c.fd, (&mut v as *mut u64).cast(), 8) };
+            if n != 8 {
+                return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+            }
+            if let Some(e) = lock(&self.queue).pop_front() {
+                return Ok(e);
+            }
         }
-        lock(&self.queue).pop_front().ok_or(libc::EAGAIN)
+    }
+
+    /// Take out the queued events of one ID, a listener's connect requests among them
+    /// (`rdma_migrate_id` moves them with it).
+    #[allow(clippy::vec_box)] // the queue's boxes, moved as they are to the new channel's queue
+    pub fn take_for(&self, id: *mut super::abi::RdmaCmIdC) -> Vec<Box<EventBox>> {
+        let mut q = lock(&self.queue);
+        let of = |e: &EventBox| if e.c.listen_id.is_null() { e.c.id } else { e.c.listen_id };
+        let (mine, rest): (VecDeque<_>, VecDeque<_>) = q.drain(..).partition(|e| of(e) == id);
+        *q = rest;
+        mine.into()
     }
 
     /// Events waiting.

@@ -15,6 +15,7 @@
 pub mod abi;
 mod calls;
 mod channel;
+mod ep;
 
 use crate::device::{Context, Device};
 use crate::Registry;
@@ -23,6 +24,7 @@ use channel::Channel;
 use core::ffi::c_int;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use uroce_transport::cm::gsi::{Gsi, GsiConfig};
@@ -36,8 +38,19 @@ pub struct Id {
     pub c: RdmaCmIdC,
     /// The device and the engine's handle, once bound or resolved.
     pub at: Mutex<Option<(&'static Device, IdHandle)>>,
-    /// The PD `rdma_create_qp` allocated for a NULL one (freed with the ID).
-    pub own_pd: Mutex<Option<*mut crate::abi::IbvPd>>,
+    /// A synchronous ID (created without a channel): it owns its channel, and the calls that
+    /// lead to an event wait for it (librdmacm `ucma_complete`).
+    pub sync: AtomicBool,
+    /// The QP attributes `rdma_create_ep` keeps on a passive endpoint for the QPs of the
+    /// requests `rdma_get_request` hands out.
+    pub qp_init: Mutex<Option<crate::abi::QpInitAttrC>>,
+}
+
+impl Id {
+    /// A new ID on channel `c.channel`.
+    pub fn new(c: RdmaCmIdC, at: Option<(&'static Device, IdHandle)>, sync: bool) -> Id {
+        Id { c, at: Mutex::new(at), sync: AtomicBool::new(sync), qp_init: Mutex::new(None) }
+    }
 }
 
 // SAFETY: the raw pointers are handles into this library's registries or the program's own
@@ -75,6 +88,9 @@ pub struct CmHost {
     pub ids: HashMap<IdHandle, usize>,
     /// The context IDs on this device carry as `verbs`.
     pub ctx: *mut crate::abi::IbvContext,
+    /// The device's PD, every ID's `pd` until `rdma_create_qp` puts its QP's there (librdmacm's
+    /// per-device PD).
+    pub pd: *mut crate::abi::IbvPd,
     /// The device.
     pub dev: &'static Device,
 }
@@ -121,11 +137,16 @@ pub(crate) fn host(dev: &'static Device) -> Result<(Host, &'static Context), c_i
         seed: seed(),
         ..RdmaCmConfig::default()
     };
+    // SAFETY: a context this library just opened.
+    let pd = unsafe { crate::datapath::ibv_alloc_pd(ctx) };
+    if pd.is_null() {
+        return Err(libc::ENOMEM);
+    }
     let gsi = rt.with(|d| Gsi::open(d, GsiConfig::default())).map_err(|e| {
         eprintln!("uroce: rdma_cm: cannot create QP1 on {}: {e}", dev.iface.name);
         libc::EADDRINUSE
     })?;
-    let h: Host = Arc::new(Mutex::new(CmHost { cm: RdmaCm::new(cfg), gsi, ids: HashMap::new(), ctx, dev }));
+    let h: Host = Arc::new(Mutex::new(CmHost { cm: RdmaCm::new(cfg), gsi, ids: HashMap::new(), ctx, pd, dev }));
     let hook = h.clone();
     rt.add_round_hook(Box::new(move |port| round(&hook, port)));
     hosts.push((key, h.clone()));
@@ -167,18 +188,34 @@ fn deliver(g: &mut CmHost, e: Event) {
     let Some(&at) = named.and_then(|h| g.ids.get(&h)) else { return };
     let Some(owner) = IDS.get(at as *const core::ffi::c_void) else { return };
     let (target, listen) = if e.kind == EventKind::ConnectRequest {
-        let child = Box::new(Id {
-            c: RdmaCmIdC {
-                verbs: g.ctx,
-                qp: core::ptr::null_mut(),
-                pd: core::ptr::null_mut(),
-                event: core::ptr::null_mut(),
-                ..owner.c
-            },
-            at: Mutex::new(Some((g.dev, e.id))),
-            own_pd: Mutex::new(None),
-        });
-        let p = Box::into_raw(child);
+        // A synchronous listener's requests get channels of their own (librdmacm
+        // `ucma_process_conn_req` migrates them), its event still comes on the listener's.
+        let sync = owner.sync.load(Ordering::Relaxed);
+        let channel = if sync {
+            match Channel::register() {
+                Ok(c) => c,
+                Err(_) => {
+                    tracing::warn!("rdma_cm: no channel for a synchronous listener's request");
+                    return;
+                }
+            }
+        } else {
+            owner.c.channel
+        };
+        let c = RdmaCmIdC {
+            verbs: g.ctx,
+            pd: g.pd,
+            channel,
+            qp: core::ptr::null_mut(),
+            event: core::ptr::null_mut(),
+            send_cq_channel: core::ptr::null_mut(),
+            send_cq: core::ptr::null_mut(),
+            recv_cq_channel: core::ptr::null_mut(),
+            recv_cq: core::ptr::null_mut(),
+            srq: core::ptr::null_mut(),
+            ..owner.c
+        };
+        let p = Box::into_raw(Box::new(Id::new(c, Some((g.dev, e.id)), sync)));
         IDS.insert(p.cast(), p);
         g.ids.insert(e.id, p as usize);
         (p, at as *mut Id)
@@ -195,8 +232,32 @@ fn deliver(g: &mut CmHost, e: Event) {
     ev.c.event = e.kind as c_int;
     ev.c.status = e.status;
     let p = &e.param;
+    let private = if ev.private.is_empty() { core::ptr::null() } else { ev.private.as_ptr().cast() };
+    if let Some(ud) = e.ud {
+        let a = ud.ah;
+        ev.c.param.ud = RdmaUdParamC {
+            private_data: private,
+            private_data_len: ev.private.len().min(255) as u8,
+            ah_attr: crate::abi::AhAttrC {
+                grh: crate::abi::GlobalRoute {
+                    dgid: a.dgid.0,
+                    flow_label: a.flow_label,
+                    sgid_index: a.sgid_index,
+                    hop_limit: a.hop_limit,
+                    traffic_class: a.traffic_class,
+                },
+                sl: a.sl,
+                is_global: u8::from(a.dgid.0 != [0; 16]),
+                port_num: 1,
+                ..Default::default()
+            },
+            qp_num: ud.qp_num,
+            qkey: ud.qkey,
+        };
+        return push(listen, target, ev);
+    }
     ev.c.param.conn = RdmaConnParamC {
-        private_data: if ev.private.is_empty() { core::ptr::null() } else { ev.private.as_ptr().cast() },
+        private_data: private,
         private_data_len: ev.private.len().min(255) as u8,
         responder_resources: p.responder_resources,
         initiator_depth: p.initiator_depth,
@@ -206,8 +267,14 @@ fn deliver(g: &mut CmHost, e: Event) {
         srq: p.srq as u8,
         qp_num: p.qp_num,
     };
-    // SAFETY: `target` is a registered, live ID (the owner's, or the child just made).
-    let chan = unsafe { (*target).c.channel };
+    push(listen, target, ev);
+}
+
+/// Queue an event on the channel of its ID (a connect request's: of its listener).
+fn push(listen: *mut Id, target: *mut Id, ev: Box<EventBox>) {
+    let on = if listen.is_null() { target } else { listen };
+    // SAFETY: `on` is a registered, live ID (the owner, or the listener of the child just made).
+    let chan = unsafe { (*on).c.channel };
     match CHANNELS.get(chan.cast()) {
         Some(c) => c.push(ev),
         None => tracing::warn!("rdma_cm: an event for an ID without a channel"),
