@@ -157,7 +157,16 @@ fn stock_ucmatose_udaddy_rdma_server_and_cmtime_between_two_uroce_processes() {
             (&["rdma_server", "-s", &ip], &["rdma_client", "-s", &ip], &["end 0"]),
         ];
         for (server, client, done) in runs {
+            let pcap = std::env::temp_dir().join(format!("uroce-rdma-cm-{}-{backend}.pcap", std::process::id()));
+            // (AF_XDP frames pass tcpdump by on both ends: the kernel UDP run is the one seen.)
+            let cap = (server[0] == "udaddy" && backend == "udp")
+                .then(|| ix::Tcpdump::start(&net.a.ns, &net.a.ifname, &pcap, "udp port 4791").expect("tcpdump"));
             let (c, s) = pair(&net, &dir, &env, &args(server), &args(client));
+            if let Some(cap) = cap {
+                cap.stop().expect("tcpdump stop");
+                udaddy_immediates_are_qp_numbers(&pcap, backend);
+                let _ = std::fs::remove_file(&pcap);
+            }
             for (who, o) in [("client", &c), ("server", &s)] {
                 let t = text(o);
                 for d in done {
@@ -173,11 +182,7 @@ fn stock_ucmatose_udaddy_rdma_server_and_cmtime_between_two_uroce_processes() {
         let _ = s.finish("cmtime server", Duration::from_secs(10));
         let t = text(&c);
         assert!(c.status.success(), "{backend} cmtime exited {:?}:\n{t}", c.status);
-        let step = |name: &str| -> Option<f64> {
-            let l = t.lines().find(|l| l.split(':').next().map(str::trim) == Some(name))?;
-            l.split(':').nth(1)?.split_whitespace().last()?.parse().ok()
-        };
-        let (connect, disconnect) = (step("connect"), step("disconnect"));
+        let (connect, disconnect) = (ix::cmtime_step(&t, "connect"), ix::cmtime_step(&t, "disconnect"));
         assert!(connect.is_some_and(|v| v > 0.0) && disconnect.is_some_and(|v| v > 0.0), "{backend} cmtime:\n{t}");
         eprintln!(
             "[rdma_cm] stock cmtime over {backend}, 100 connections: connect {:.1} us/conn, disconnect {:.1} us/conn",
@@ -185,4 +190,24 @@ fn stock_ucmatose_udaddy_rdma_server_and_cmtime_between_two_uroce_processes() {
             disconnect.unwrap_or(0.0)
         );
     }
+}
+
+/// udaddy sends its QP number as immediate data (`htobe32(qp_num)`), so on the wire every
+/// datagram's ImmDt must equal its DETH source QP: `__be32` crosses the C ABI in network order.
+fn udaddy_immediates_are_qp_numbers(pcap: &Path, backend: &str) {
+    let o = std::process::Command::new(ix::BIN).arg("pcap").arg(pcap).output().expect("uroce pcap");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut n = 0;
+    for line in text.lines().filter(|l| l.contains("UD_SEND_ONLY_WITH_IMMEDIATE")) {
+        let f = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)).map(str::to_string);
+        let (src, imm) = (f("srcqp=0x"), f("imm=0x"));
+        let (Some(src), Some(imm)) = (src, imm) else { panic!("{backend}: unparsable: {line}") };
+        assert_eq!(
+            u32::from_str_radix(&imm, 16).ok(),
+            u32::from_str_radix(&src, 16).ok(),
+            "{backend}: udaddy's immediate is its QP number in network order: {line}"
+        );
+        n += 1;
+    }
+    assert!(n >= 20, "{backend}: {n} datagrams with immediate data in the capture:\n{text}");
 }

@@ -30,7 +30,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${UROCE_INTEROP_CACHE:-/var/cache/uroce-interop}
-LAYOUT=5 # bump when the image layout changes (invalidates every cached build)
+LAYOUT=6 # bump when the image layout changes (invalidates every cached build)
 # The Debian archive and security archive: this machine's own, as its apt sources name them
 # (apt-get indextargets reads both the one-line and the deb822 formats), unless the environment
 # says otherwise. The repository names no mirror host of its own.
@@ -95,7 +95,10 @@ sources_for() {
 
 # Userspace packages wanted in every guest (their lib* dependency closure is added below).
 TOP="libibverbs1 ibverbs-providers librdmacm1 rdmacm-utils ibverbs-utils perftest iproute2 libibumad3
-     libpci3 ethtool busybox-static libc-bin"
+     libpci3 ethtool busybox-static libc-bin libgcc-s1"
+# Libraries programs load with dlopen, which no DT_NEEDED names: glibc's pthread_exit and
+# pthread_cancel unwind through libgcc_s.so.1 (rping, ucmatose and cmtime end their threads so).
+DLOPENED="libgcc_s.so.1"
 # Kernel modules: required, and optional ones (6.1's rxe wants the crypto API's crc32; 6.15+ uses lib/crc32).
 MODS_REQ="rdma_rxe ib_uverbs rdma_ucm ib_umad virtio_net virtio_pci"
 MODS_OPT="crc32_generic crc32-pclmul"
@@ -247,6 +250,11 @@ build_flavour() {
   findlib() { for s in $libdirs; do [ -e "$STAGE/$s/$1" ] && { echo "$STAGE/$s/$1"; return 0; }; done; return 1; }
   local work="" n interp missing=0 e
   work=$(find "$ROOT/usr/bin" "$ROOT/usr/sbin" "$LIBD/libibverbs" -type f)
+  for n in $DLOPENED; do
+    found=$(findlib "$n") || die "$F: $n (loaded with dlopen) is in no staged package"
+    cp -L "$found" "$LIBD/$n"
+    work="$work $LIBD/$n"
+  done
   while [ -n "$work" ]; do
     local newwork=""
     for e in $work; do

@@ -47,7 +47,7 @@ use std::time::Duration;
 
 /// Image layout version written by `build-guests.sh` (`LAYOUT=`) into `BUILD-OK`; a cached
 /// build of another layout counts as missing.
-pub const IMAGE_LAYOUT: u32 = 5;
+pub const IMAGE_LAYOUT: u32 = 6;
 /// Bridge inside every lab namespace.
 pub const BRIDGE: &str = "br0";
 /// MAC address of [`BRIDGE`] (fixed, so captures are reproducible).

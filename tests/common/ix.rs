@@ -321,6 +321,57 @@ pub fn check_capture(path: &std::path::Path, min_roce: u64) -> Result<CaptureChe
     Ok(check)
 }
 
+/// The CM MADs of a capture as tshark's InfiniBand CM dissector reads them must be the ones
+/// `uroce pcap` prints: the same messages in the same order, and each REQ's and REP's QP and
+/// starting PSN the same. Returns the messages' names (`REQ`, `SIDR_REP`, ...).
+#[allow(dead_code)]
+pub fn check_cm_with_tshark(path: &std::path::Path) -> Result<Vec<String>, String> {
+    let p = path.to_str().ok_or("capture path not UTF-8")?;
+    let v = Command::new(BIN).args(["pcap", p]).output().map_err(|e| format!("uroce pcap: {e}"))?;
+    // `... CM REQ comm=.. sid=.. qpn=0x.. psn=0x.. ...`
+    let field = |w: &[&str], k: &str| w.iter().find_map(|x| x.strip_prefix(k)).and_then(hex_or_dec);
+    let mut ours = Vec::new();
+    for line in String::from_utf8_lossy(&v.stdout).lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let Some(ci) = w.iter().position(|x| *x == "CM") else { continue };
+        let Some(name) = w.get(ci + 1) else { return Err(format!("unparsable CM line: {line}")) };
+        let qp_psn = matches!(*name, "REQ" | "REP").then(|| (field(&w, "qpn="), field(&w, "psn=")));
+        ours.push((name.to_string(), qp_psn.unwrap_or((None, None))));
+    }
+    let t = Command::new("tshark")
+        .args(["-r", p, "-d", "udp.port==4791,infiniband", "-Y", "infiniband.mad.mgmtclass==0x07", "-T", "fields"])
+        .args([
+            "-e",
+            "infiniband.mad.attributeid",
+            "-e",
+            "infiniband.cm.req.localqpn",
+            "-e",
+            "infiniband.cm.req.startpsn",
+        ])
+        .args(["-e", "infiniband.cm.rep.localqpn", "-e", "infiniband.cm.rep.startpsn", "-e", "_ws.malformed"])
+        .output()
+        .map_err(|e| format!("tshark: {e}"))?;
+    if !t.status.success() {
+        return Err(format!("tshark -r {p}: {}", String::from_utf8_lossy(&t.stderr)));
+    }
+    const NAMES: [&str; 9] = ["REQ", "MRA", "REJ", "REP", "RTU", "DREQ", "DREP", "SIDR_REQ", "SIDR_REP"];
+    let mut theirs = Vec::new();
+    for line in String::from_utf8_lossy(&t.stdout).lines() {
+        let c: Vec<&str> = line.split('\t').collect();
+        if c.len() != 6 || !c[5].is_empty() {
+            return Err(format!("{p}: tshark: a malformed or unparsable CM MAD: {line:?}"));
+        }
+        let attr = hex_or_dec(c[0]).ok_or_else(|| format!("tshark attribute {:?}", c[0]))?;
+        let name = attr.checked_sub(0x10).and_then(|k| NAMES.get(k as usize)).ok_or(format!("attribute {attr:#x}"))?;
+        let (q, s) = if *name == "REP" { (c[3], c[4]) } else { (c[1], c[2]) };
+        theirs.push((name.to_string(), (hex_or_dec(q), hex_or_dec(s))));
+    }
+    if ours != theirs {
+        return Err(format!("{p}: CM MADs differ:\n  uroce pcap {ours:?}\n  tshark     {theirs:?}"));
+    }
+    Ok(ours.into_iter().map(|(n, _)| n).collect())
+}
+
 /// `name=value` pairs of `uroce perf --counters` lines (`uroce-counters <group>: k=v ...`),
 /// keyed `group.name`.
 pub fn uroce_counters(stderr: &str) -> BTreeMap<String, u64> {
@@ -555,3 +606,11 @@ pub fn verbs_dir() -> Option<std::path::PathBuf> {
 /// their connection.
 pub const GUEST_WAIT_LISTEN: &str = "i=0; while ! ss -ltn 2>/dev/null | grep -q ':18515 ' && [ $i -lt 300 ]; do \
                                      sleep 0.1; i=$((i+1)); done; ss -ltn | grep -q ':18515 '";
+
+/// cmtime's (rdma-core 44's) microseconds per connection of a step, from its table
+/// (`connect      :  total ms  max ms  min us  us / conn`).
+#[allow(dead_code)]
+pub fn cmtime_step(out: &str, name: &str) -> Option<f64> {
+    let l = out.lines().find(|l| l.split(':').next().map(str::trim) == Some(name))?;
+    l.split(':').nth(1)?.split_whitespace().last()?.parse().ok()
+}

@@ -502,7 +502,8 @@ pub(crate) fn wc_of(w: &WorkCompletion) -> WcC {
         opcode: w.opcode as c_int,
         vendor_err: w.vendor_err,
         byte_len: w.byte_len,
-        imm_data: w.imm_data,
+        // `imm_data` is `__be32`, `invalidated_rkey` (in the same place) host order.
+        imm_data: if w.wc_flags.contains(WcFlags::WITH_IMM) { w.imm_data.to_be() } else { w.imm_data },
         qp_num: w.qp_num,
         src_qp: w.src_qp,
         wc_flags: w.wc_flags.0,
@@ -1013,7 +1014,9 @@ impl Post<'_> {
             opcode: self.opcode,
             sg_list,
             send_flags: self.flags,
-            imm_data: self.imm_data,
+            // `imm_data` is `__be32` (its bytes go on the wire as they are); `invalidate_rkey`,
+            // which shares its place, is host order.
+            imm_data: u32::from_be(self.imm_data),
             invalidate_rkey: self.imm_data,
             remote_addr: self.remote_addr,
             rkey: self.rkey,

@@ -13,9 +13,9 @@
 //! then a channel's — and no verbs call is made under the host's.
 
 pub mod abi;
-mod calls;
+pub mod calls;
 mod channel;
-mod ep;
+pub mod ep;
 
 use crate::device::{Context, Device};
 use crate::Registry;
