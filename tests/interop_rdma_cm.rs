@@ -152,33 +152,80 @@ struct Side<'a> {
 }
 
 /// One program pair: the server's and the client's arguments (`{ip}`: the server's address),
-/// what both must print, and whether the server exits by itself (cmtime's serves until killed).
+/// what both must print, whether the server exits by itself (cmtime's serves until killed),
+/// and whether the client prints a perftest bandwidth row.
 struct Program {
     server: &'static str,
     client: &'static str,
     done: &'static [&'static str],
     server_exits: bool,
+    perftest: bool,
 }
 
-const PROGRAMS: [Program; 4] = [
+/// perftest's `#bytes #iterations BW-peak BW-average MsgRate` row.
+fn perftest_row(out: &str) -> Option<Vec<f64>> {
+    let mut lines = out.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    lines.next()?;
+    lines.map(|l| l.split_whitespace().map_while(|x| x.parse().ok()).collect::<Vec<f64>>()).find(|v| v.len() >= 4)
+}
+
+const PERFTEST: &[&str] = &["#bytes", "rdma_cm QPs"];
+
+const PROGRAMS: [Program; 7] = [
     Program {
         server: "ucmatose -c 2 -C 10",
         client: "ucmatose -s {ip} -c 2 -C 10",
         done: &["test complete", "return status 0"],
         server_exits: true,
+        perftest: false,
     },
     Program {
         server: "udaddy -C 10",
         client: "udaddy -s {ip} -C 10",
         done: &["data transfers complete", "return status 0"],
         server_exits: true,
+        perftest: false,
     },
-    Program { server: "rdma_server -s {ip}", client: "rdma_client -s {ip}", done: &["end 0"], server_exits: true },
-    Program { server: "cmtime -c 20", client: "cmtime -s {ip} -c 20", done: &["connect"], server_exits: false },
+    Program {
+        server: "rdma_server -s {ip}",
+        client: "rdma_client -s {ip}",
+        done: &["end 0"],
+        server_exits: true,
+        perftest: false,
+    },
+    Program {
+        server: "cmtime -c 20",
+        client: "cmtime -s {ip} -c 20",
+        done: &["connect"],
+        server_exits: false,
+        perftest: false,
+    },
+    Program {
+        server: "ib_write_bw -R -n 200 -F",
+        client: "ib_write_bw -R -n 200 -F {ip}",
+        done: PERFTEST,
+        server_exits: true,
+        perftest: true,
+    },
+    Program {
+        server: "ib_read_bw -R -n 200 -F",
+        client: "ib_read_bw -R -n 200 -F {ip}",
+        done: PERFTEST,
+        server_exits: true,
+        perftest: true,
+    },
+    Program {
+        server: "ib_send_bw -R -n 200 -F",
+        client: "ib_send_bw -R -n 200 -F {ip}",
+        done: PERFTEST,
+        server_exits: true,
+        perftest: true,
+    },
 ];
 
-/// A refused or unanswered attempt (the server is not listening yet): try again.
-const REFUSED: &str = "REJECTED|UNREACHABLE|refused";
+/// A refused or unanswered attempt (the server is not listening yet; perftest says "Unexpected
+/// CM event ... 8", REJECTED): try again.
+const REFUSED: &str = "REJECTED|UNREACHABLE|refused|Unexpected CM event";
 
 /// The other rdmacm-utils programs both ways, then cmtime between two rxe processes in the
 /// guest; the bridge capture of each direction checked.
@@ -253,6 +300,14 @@ fn programs(s: &Side<'_>, flavour: Flavour) {
                     assert!(out.contains(d), "{flavour} {way}: {name} {who} printed no {d:?}\n{out}");
                 }
             }
+            if p.perftest {
+                let row = perftest_row(&client_out).unwrap_or_default();
+                assert!(
+                    row.len() >= 4 && row[0] == 65536.0 && row[1] == 200.0 && row[3] > 0.0,
+                    "{flavour} {way}: {name}: {row:?}\n{client_out}"
+                );
+                eprintln!("[cm] {flavour} {way}: stock {name} -R: {} MB/s", row[3]);
+            }
             if !p.server_exits {
                 let c = ix::cmtime_step(&client_out, "connect");
                 assert!(c.is_some_and(|v| v > 0.0), "{flavour} {way}: cmtime\n{client_out}");
@@ -267,8 +322,8 @@ fn programs(s: &Side<'_>, flavour: Flavour) {
             assert!(cm.iter().any(|n| n == m), "{flavour} {way}: no {m} in the capture");
         }
         eprintln!(
-            "[cm] {flavour} {way}: ucmatose, udaddy, rdma_server/rdma_client, cmtime: {} RoCE frames [{}], {} CM \
-             MADs, tshark's CM dissector agrees",
+            "[cm] {flavour} {way}: ucmatose, udaddy, rdma_server/rdma_client, cmtime, perftest -R: {} RoCE frames \
+             [{}], {} CM MADs, tshark's CM dissector agrees",
             check.roce,
             check.summary(),
             cm.len()

@@ -3,9 +3,8 @@
 //! Guest A (trixie, kernel 6.17 from trixie-backports, no rxe) has a virtio-net NIC with
 //! `iommu_platform=on,disable-legacy=on`, whose stock driver binds AF_XDP sockets with
 //! `XDP_ZEROCOPY` (see rxe-compat/interop/README.md). It runs this build's `uroce` binary
-//! (put into its initramfs overlay together with `libgcc_s.so.1` taken from the trixie
-//! image's own `libgcc-s1` package in the harness cache: the image has no program that needs
-//! it). Guest B (trixie) runs stock rxe, perftest and `ibv_rc_pingpong`. Both sit on the lab
+//! (put into its initramfs overlay; the `libgcc_s.so.1` it needs is in the image, from the
+//! trixie image's own `libgcc-s1`). Guest B (trixie) runs stock rxe, perftest and `ibv_rc_pingpong`. Both sit on the lab
 //! bridge; a tcpdump on the bridge records every RoCEv2 frame.
 //!
 //! Zero-copy evidence, three independent ways:
@@ -44,8 +43,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use uroce_rxe_compat::harness::{
-    cache_dir, pair_run, require_or_skip, Flavour, Guest, GuestImage, GuestSpec, HostProc, Lab, PairRun,
-    PERFTEST_WAITING,
+    pair_run, require_or_skip, Flavour, Guest, GuestImage, GuestSpec, HostProc, Lab, PairRun, PERFTEST_WAITING,
 };
 
 const TEST: &str = "interop_zerocopy";
@@ -53,7 +51,6 @@ const TEST: &str = "interop_zerocopy";
 const A_IP: &str = "10.77.0.11";
 /// Guest B: rxe.
 const B_IP: &str = "10.77.0.12";
-const LIBGCC: &str = "usr/lib/x86_64-linux-gnu/libgcc_s.so.1";
 /// The backend line of a zero-copy run (perf prints it in its header).
 const ZC_BACKEND: &str = "af_xdp on eth0 (1 queue, zero-copy mode, Native XDP)";
 const COPY_BACKEND: &str = "af_xdp on eth0 (1 queue, copy mode, Native XDP)";
@@ -64,29 +61,6 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(150);
 /// Sizes and iterations of the perftest runs (TCG: a few MB per run).
 const PERF_RUNS: [(usize, u64); 2] = [(4096, 200), (65536, 40)];
 const PINGPONG_RUNS: [(usize, u32); 2] = [(8192, 40), (65536, 8)];
-
-/// `libgcc_s.so.1` from the trixie image's own `libgcc-s1` package (never the host's).
-fn guest_libgcc() -> Result<Vec<u8>, String> {
-    let debs = cache_dir().join("trixie/debs");
-    let deb = std::fs::read_dir(&debs)
-        .map_err(|e| format!("{}: {e}", debs.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libgcc-s1_")))
-        .ok_or_else(|| format!("no libgcc-s1_*.deb in {} (rebuild the trixie image)", debs.display()))?;
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!("dpkg-deb --fsys-tarfile '{}' | tar -xO ./{LIBGCC}", deb.display()))
-        .output()
-        .map_err(|e| format!("dpkg-deb | tar: {e}"))?;
-    if !out.status.success() || !out.stdout.starts_with(b"\x7fELF") {
-        return Err(format!(
-            "extracting {LIBGCC} from {} failed (dpkg-deb and tar needed): {}",
-            deb.display(),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(out.stdout)
-}
 
 /// The `#bytes #iterations BW-peak BW-average MsgRate` row of perftest's (or uroce's) report.
 fn bw_row(out: &str) -> Option<Vec<f64>> {
@@ -301,13 +275,6 @@ fn uroce_zero_copy_against_rxe() {
     if !require_or_skip(TEST, &[Flavour::Trixie], true) {
         return;
     }
-    let libgcc = match guest_libgcc() {
-        Ok(l) => l,
-        Err(e) => {
-            uroce_rxe_compat::harness::skip_or_fail(&format!("{TEST}: needs {LIBGCC} for the guest: {e}"));
-            return;
-        }
-    };
     let uroce = PathBuf::from(env!("CARGO_BIN_EXE_uroce"));
     if cfg!(debug_assertions) {
         eprintln!("{TEST}: note: a debug build of uroce runs in the TCG guest (use --release for speed)");
@@ -323,8 +290,7 @@ fn uroce_zero_copy_against_rxe() {
         .hold()
         .timeout(Duration::from_secs(900))
         .file(&uroce, "/usr/bin/uroce")
-        .expect("read the uroce binary")
-        .file_bytes(&format!("/{LIBGCC}"), libgcc, 0o644);
+        .expect("read the uroce binary");
     let spec_b = GuestSpec::new(Flavour::Trixie)
         .name("rxe")
         .addr(&format!("{B_IP}/24"))

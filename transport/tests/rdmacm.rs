@@ -91,10 +91,10 @@ fn started(o: &QpOptions, private: &[u8]) -> (Network, Vec<Host>, IdHandle, QpEn
     net.add(device(1, 3));
     net.add(device(2, 3));
     let mut h = hosts(&mut net, [0xa, 0xb]);
-    let l = h[1].cm.create_id(PortSpace::Tcp);
+    let l = h[1].cm.create_id(PortSpace::Tcp).unwrap();
     h[1].cm.bind_addr(l, "0.0.0.0:7174".parse().unwrap()).unwrap();
     h[1].cm.listen(l).unwrap();
-    let c = h[0].cm.create_id(PortSpace::Tcp);
+    let c = h[0].cm.create_id(PortSpace::Tcp).unwrap();
     let dst = SocketAddr::new(IpAddr::V4(ipv4(2)), 7174);
     h[0].cm.resolve_addr(c, dst, route(1, 2)).unwrap();
     h[0].cm.resolve_route(c).unwrap();
@@ -195,7 +195,7 @@ fn refusals_reach_the_client_with_reason_and_private_data() {
     assert_eq!((e.id, e.kind, e.status, &e.private_data[..4]), (c, EventKind::Rejected, 28, &b"full"[..]));
 
     // Nobody listens on 7175: REJ "invalid service ID" (8), from the CM itself.
-    let c2 = h[0].cm.create_id(PortSpace::Tcp);
+    let c2 = h[0].cm.create_id(PortSpace::Tcp).unwrap();
     h[0].cm.resolve_addr(c2, SocketAddr::new(IpAddr::V4(ipv4(2)), 7175), route(1, 2)).unwrap();
     h[0].cm.resolve_route(c2).unwrap();
     let q = create(&mut net, 0, &o).unwrap();
@@ -208,7 +208,7 @@ fn refusals_reach_the_client_with_reason_and_private_data() {
     // Misuse gets errors, not effects.
     assert_eq!(h[0].cm.connect(net.now(), net.dev(0), c2, &param(&[])).map_err(|e| e.errno()), Err(22));
     assert_eq!(h[0].cm.connect(net.now(), net.dev(0), c, &param(&[0; 57])).map_err(|e| e.errno()), Err(22));
-    let x = h[0].cm.create_id(PortSpace::Tcp);
+    let x = h[0].cm.create_id(PortSpace::Tcp).unwrap();
     let port = h[0].cm.addrs(c).unwrap().0.unwrap();
     assert_eq!(h[0].cm.bind_addr(x, port), Err(RdmaCmError::AddrInUse));
     assert_eq!(h[0].cm.listen(x).map_err(|e| e.errno()), Err(22));
@@ -251,7 +251,7 @@ fn the_req_is_rxes_byte_for_byte() {
     let (mut net, frames, mut gsi, mut cm) = rxe_twin(me, my_mac);
     let gids = net.dev(0).config().gids.clone();
     let sgid_index = gids.iter().position(|g| g.to_ip() == me).unwrap() as u8;
-    let id = cm.create_id(PortSpace::Tcp);
+    let id = cm.create_id(PortSpace::Tcp).unwrap();
     cm.bind_addr(id, SocketAddr::new(me, 0xccf7)).unwrap();
     let r = Route { src: me, dst: peer, sgid_index, dmac: peer_mac, mtu: Mtu::Mtu1024 };
     cm.resolve_addr(id, SocketAddr::new(peer, 18515), r).unwrap();
@@ -306,7 +306,7 @@ fn the_rep_to_rxes_req_is_rxes_rep_byte_for_byte() {
     let my_mac = EthernetAddress([0x00, 0x50, 0x56, 0xa7, 0x12, 0x9f]);
     let peer_mac = EthernetAddress([0x00, 0x50, 0x56, 0xa7, 0x7d, 0x03]);
     let (mut net, frames, mut gsi, mut cm) = rxe_twin(me, my_mac);
-    let l = cm.create_id(PortSpace::Tcp);
+    let l = cm.create_id(PortSpace::Tcp).unwrap();
     cm.bind_addr(l, SocketAddr::new(me, 18515)).unwrap();
     cm.listen(l).unwrap();
 
@@ -400,10 +400,10 @@ fn a_program_that_moves_its_own_qps_connects_with_init_qp_attr_and_establish() {
     net.add(device(1, 3));
     net.add(device(2, 3));
     let mut h = hosts(&mut net, [0xa, 0xb]);
-    let l = h[1].cm.create_id(PortSpace::Tcp);
+    let l = h[1].cm.create_id(PortSpace::Tcp).unwrap();
     h[1].cm.bind_addr(l, "0.0.0.0:7176".parse().unwrap()).unwrap();
     h[1].cm.listen(l).unwrap();
-    let c = h[0].cm.create_id(PortSpace::Tcp);
+    let c = h[0].cm.create_id(PortSpace::Tcp).unwrap();
     h[0].cm.resolve_addr(c, SocketAddr::new(IpAddr::V4(ipv4(2)), 7176), route(1, 2)).unwrap();
     h[0].cm.resolve_route(c).unwrap();
     let (qa, qb) = (create(&mut net, 0, &o).unwrap(), create(&mut net, 1, &o).unwrap());
@@ -452,7 +452,7 @@ fn a_ud_id_finds_the_servers_qp_by_sidr_and_a_datagram_reaches_it() {
     net.add(device(1, 3));
     net.add(device(2, 3));
     let mut h = hosts(&mut net, [0xa, 0xb]);
-    let l = h[1].cm.create_id(PortSpace::Udp);
+    let l = h[1].cm.create_id(PortSpace::Udp).unwrap();
     h[1].cm.bind_addr(l, "0.0.0.0:7177".parse().unwrap()).unwrap();
     h[1].cm.listen(l).unwrap();
     let ud_qp = |net: &mut Network, node: usize| {
@@ -470,7 +470,7 @@ fn a_ud_id_finds_the_servers_qp_by_sidr_and_a_datagram_reaches_it() {
     };
     let (pa, _, qa) = ud_qp(&mut net, 0);
     let (pb, cb, qb) = ud_qp(&mut net, 1);
-    let c = h[0].cm.create_id(PortSpace::Udp);
+    let c = h[0].cm.create_id(PortSpace::Udp).unwrap();
     h[0].cm.resolve_addr(c, SocketAddr::new(IpAddr::V4(ipv4(2)), 7177), route(1, 2)).unwrap();
     h[0].cm.resolve_route(c).unwrap();
     let rc = create(&mut net, 0, &QpOptions::default()).unwrap();
@@ -521,7 +521,7 @@ fn a_ud_id_finds_the_servers_qp_by_sidr_and_a_datagram_reaches_it() {
     assert_eq!(mr_bytes(&mut net, 1, &rbuf)[40..104], mr_bytes(&mut net, 0, &sbuf)[..]);
 
     // Nobody on 7178.
-    let c2 = h[0].cm.create_id(PortSpace::Udp);
+    let c2 = h[0].cm.create_id(PortSpace::Udp).unwrap();
     h[0].cm.resolve_addr(c2, SocketAddr::new(IpAddr::V4(ipv4(2)), 7178), route(1, 2)).unwrap();
     h[0].cm.resolve_route(c2).unwrap();
     let (_, _, q2) = ud_qp(&mut net, 0);
@@ -531,4 +531,35 @@ fn a_ud_id_finds_the_servers_qp_by_sidr_and_a_datagram_reaches_it() {
     let e = &h[0].events[5];
     assert_eq!((e.id, e.kind), (c2, EventKind::Unreachable));
     assert!(e.status > 0, "a SIDR status, not an errno: {}", e.status);
+}
+
+/// IDs are a bounded resource: past `max_ids` creating one fails with ENOMEM, and a connect
+/// request that finds no ID left is refused (REJ "consumer defined"), not queued.
+#[test]
+fn ids_are_bounded_and_a_request_without_one_is_refused() {
+    let mut net = Network::new(3, LinkConfig::default());
+    net.add(device(1, 3));
+    net.add(device(2, 3));
+    let mut h = hosts(&mut net, [0xa, 0xb]);
+    h[1].cm = RdmaCm::new(RdmaCmConfig {
+        cm: CmConfig { ca_guid: 0xb, hi_tid: 2, ..CmConfig::default() },
+        max_ids: 1,
+        ..RdmaCmConfig::default()
+    });
+    let l = h[1].cm.create_id(PortSpace::Tcp).unwrap();
+    assert_eq!(h[1].cm.create_id(PortSpace::Tcp).map_err(|e| e.errno()), Err(12));
+    h[1].cm.bind_addr(l, "0.0.0.0:7179".parse().unwrap()).unwrap();
+    h[1].cm.listen(l).unwrap();
+    let c = h[0].cm.create_id(PortSpace::Tcp).unwrap();
+    h[0].cm.resolve_addr(c, SocketAddr::new(IpAddr::V4(ipv4(2)), 7179), route(1, 2)).unwrap();
+    h[0].cm.resolve_route(c).unwrap();
+    let q = create(&mut net, 0, &QpOptions::default()).unwrap();
+    h[0].cm.set_qp(net.dev(0), c, q.qpn).unwrap();
+    h[0].cm.connect(net.now(), net.dev(0), c, &param(&[])).unwrap();
+    drive(&mut net, &mut h, sim_resolve, |h| h[0].events.len() == 3);
+    assert_eq!((h[0].events[2].kind, h[0].events[2].status), (EventKind::Rejected, 28));
+    assert!(h[1].events.is_empty(), "no ConnectRequest without an ID for it");
+    // Freed, the slot serves again.
+    h[1].cm.destroy_id(net.now(), l).unwrap();
+    assert!(h[1].cm.create_id(PortSpace::Tcp).is_ok());
 }

@@ -460,10 +460,14 @@ impl RdmaCm {
         };
         let private_data = r.private_data[IP_HDR..].to_vec();
         let req = req.clone();
-        let child = self.new_request(cm, parent, listen, &hdr, |i| {
+        let Some(child) = self.new_request(cm, parent, listen, &hdr, |i| {
             i.link = Some(link);
             i.req = Some(req);
-        });
+        }) else {
+            tracing::debug!("rdma_cm: no ID left for a connect request: refused");
+            let _ = self.cm.reject(cm, RejReason::CONSUMER_DEFINED, &[], &[]);
+            return;
+        };
         self.request_event(child, parent, private_data, param, None);
     }
 
@@ -477,9 +481,9 @@ impl RdmaCm {
         listen: u64,
         hdr: &IpCmHeader,
         fill: impl FnOnce(&mut Id),
-    ) -> IdHandle {
+    ) -> Option<IdHandle> {
         let ps = self.ids.get(&parent).map_or(PortSpace::Tcp, |p| p.ps);
-        let child = self.create_id(ps);
+        let child = self.create_id(ps).ok()?;
         let port = (listen & 0xffff) as u16;
         if let Some(i) = self.ids.get_mut(&child.0) {
             i.state = IdState::Connect;
@@ -488,7 +492,7 @@ impl RdmaCm {
             fill(i);
         }
         self.by_cm.insert(cm, child.0);
-        child
+        Some(child)
     }
 
     /// The `ConnectRequest` of a request's new ID, for its listener.

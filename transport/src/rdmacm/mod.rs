@@ -161,6 +161,8 @@ pub enum RdmaCmError {
     Cm(crate::cm::CmError),
     /// A QP transition failed.
     Verbs(VerbsError),
+    /// [`RdmaCmConfig::max_ids`] IDs are alive (ENOMEM).
+    NoIds,
 }
 
 impl RdmaCmError {
@@ -172,6 +174,7 @@ impl RdmaCmError {
             RdmaCmError::NoPorts => 99,
             RdmaCmError::Cm(e) => e.errno(),
             RdmaCmError::Verbs(_) => 22,
+            RdmaCmError::NoIds => 12,
         }
     }
 }
@@ -186,6 +189,7 @@ impl std::fmt::Display for RdmaCmError {
             RdmaCmError::Invalid(w) => write!(f, "invalid argument: {w}"),
             RdmaCmError::Cm(e) => write!(f, "CM: {e}"),
             RdmaCmError::Verbs(e) => write!(f, "QP: {e}"),
+            RdmaCmError::NoIds => f.write_str("too many RDMA-CM IDs"),
         }
     }
 }
@@ -231,6 +235,9 @@ pub struct RdmaCmConfig {
     /// The device's most outstanding READs/atomics each way (`max_qp_rd_atom`,
     /// `max_qp_init_rd_atom`: 128 as rxe's), what [`MAX_RD_ATOMIC`] stands for.
     pub max_rd_atomic: u8,
+    /// IDs alive at once: the program's and the ones connect requests make (a request that
+    /// finds none left is refused).
+    pub max_ids: usize,
 }
 
 impl Default for RdmaCmConfig {
@@ -243,6 +250,7 @@ impl Default for RdmaCmConfig {
             cm_response_timeout: 20,
             max_cm_retries: 15,
             max_rd_atomic: 128,
+            max_ids: 65536,
         }
     }
 }
@@ -376,8 +384,11 @@ impl RdmaCm {
         (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
     }
 
-    /// `rdma_create_id`.
-    pub fn create_id(&mut self, ps: PortSpace) -> IdHandle {
+    /// `rdma_create_id` (at most [`RdmaCmConfig::max_ids`] alive).
+    pub fn create_id(&mut self, ps: PortSpace) -> Result<IdHandle, RdmaCmError> {
+        if self.ids.len() >= self.cfg.max_ids {
+            return Err(RdmaCmError::NoIds);
+        }
         self.next_id = self.next_id.wrapping_add(1).max(1);
         while self.ids.contains_key(&self.next_id) {
             self.next_id = self.next_id.wrapping_add(1).max(1);
@@ -394,7 +405,7 @@ impl RdmaCm {
             sidr: None,
         };
         self.ids.insert(self.next_id, id);
-        IdHandle(self.next_id)
+        Ok(IdHandle(self.next_id))
     }
 
     fn id_mut(&mut self, id: IdHandle) -> Result<&mut Id, RdmaCmError> {

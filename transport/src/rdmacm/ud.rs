@@ -51,7 +51,10 @@ impl RdmaCm {
             let _ = self.cm.sidr_reply(cm, sidr_status::REJECT, 0, 0, &[]);
             return;
         };
-        let child = self.new_request(cm, parent, listen, &hdr, |i| i.sidr = Some(cm));
+        let Some(child) = self.new_request(cm, parent, listen, &hdr, |i| i.sidr = Some(cm)) else {
+            let _ = self.cm.sidr_reply(cm, sidr_status::REJECT, 0, 0, &[]);
+            return;
+        };
         let private = r.private_data.get(IP_HDR..).unwrap_or(&[]).to_vec();
         let ud = UdParam { ah: AddressVector::default(), qp_num: 0, qkey: 0 };
         self.request_event(child, parent, private, PeerParam::default(), Some(ud));

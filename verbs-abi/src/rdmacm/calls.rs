@@ -78,10 +78,10 @@ fn attach(id: &Id, dev: &'static Device, ps: PortSpace) -> Result<IdHandle, c_in
         None => {
             let me = id as *const Id as usize;
             let h = with_cm(dev, |g, _| {
-                let h = g.cm.create_id(ps);
+                let h = g.cm.create_id(ps).map_err(|e| e.errno())?;
                 g.ids.insert(h, me);
-                h
-            })?;
+                Ok::<_, c_int>(h)
+            })??;
             *at = Some((dev, h));
             Ok(h)
         }
