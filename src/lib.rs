@@ -8,6 +8,7 @@
 pub use uroce_wire as wire;
 
 pub mod cli;
+pub mod flows;
 pub mod netns;
 pub mod pcap;
 pub mod perf;

@@ -97,3 +97,72 @@ fn cm_mads_print_by_message() {
     assert!(cm[0].contains("sid=0x0000000001061c06 (TCP 7174)"), "{}", cm[0]);
     assert!(text.lines().filter(|l| l.contains(" CM ")).all(|l| l.ends_with("icrc ok")), "{text}");
 }
+
+/// `uroce pcap --flows` on a capture with a known story: a WRITE of five packets whose third
+/// never passed the capture point, the responder's PSN-sequence NAK, Go-Back-N from the lost
+/// PSN, the ACK, then a CE-marked SEND and the CNP it earns.
+#[test]
+fn flows_tell_a_go_back_n_story() {
+    use std::time::Duration;
+    use uroce::sample::frame_repr;
+    use uroce_wire::*;
+    let p = tmp("flows.pcap");
+    let mut w = uroce::pcap::CaptureWriter::new(std::fs::File::create(&p).unwrap()).unwrap();
+    let mut t = 1_700_000_000_000_000u64;
+    let mut put = |op: Opcode, psn: u32, back: bool, edit: &dyn Fn(&mut FrameRepr)| {
+        let mut r = frame_repr(op, 1024, false, psn);
+        if back {
+            if let IpRepr::V4(v) = &mut r.ip {
+                std::mem::swap(&mut v.src_addr, &mut v.dst_addr);
+            }
+            r.roce.bth.dest_qp = Qpn::new(0x22);
+        }
+        edit(&mut r);
+        let mut buf = vec![0u8; r.buffer_len()];
+        let n = r.emit(&mut buf, UdpChecksum::Zero, |b| b.fill(7)).unwrap();
+        t += 10;
+        w.write(Duration::from_micros(t), &buf[..n]).unwrap();
+    };
+    let none = |_: &mut FrameRepr| {};
+    put(Opcode::RC_RDMA_WRITE_FIRST, 100, false, &none);
+    put(Opcode::RC_RDMA_WRITE_MIDDLE, 101, false, &none);
+    put(Opcode::RC_RDMA_WRITE_MIDDLE, 103, false, &none); // 102 lost before the capture point
+    put(Opcode::RC_RDMA_WRITE_LAST, 104, false, &none);
+    let nak = |r: &mut FrameRepr| {
+        r.roce.ext.aeth = Some(AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn: Msn::new(0) })
+    };
+    put(Opcode::RC_ACKNOWLEDGE, 102, true, &nak);
+    put(Opcode::RC_RDMA_WRITE_MIDDLE, 102, false, &none);
+    put(Opcode::RC_RDMA_WRITE_MIDDLE, 103, false, &none);
+    put(Opcode::RC_RDMA_WRITE_LAST, 104, false, &none);
+    put(Opcode::RC_ACKNOWLEDGE, 104, true, &none);
+    let ce = |r: &mut FrameRepr| r.ip.set_ecn(Ecn::Ce);
+    put(Opcode::RC_SEND_ONLY, 105, false, &ce);
+    put(Opcode::CNP, 0, true, &none);
+    drop(w);
+    let o = uroce().args(["pcap", "--flows", p.to_str().unwrap()]).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    let a = out.lines().position(|l| l.starts_with("flow 10.77.0.11 -> 10.77.0.12 qp 0x000011:")).expect(&out);
+    let b = out.lines().position(|l| l.starts_with("flow 10.77.0.12 -> 10.77.0.11 qp 0x000022:")).expect(&out);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[a].contains(": 8 packets, 2 messages, 5120 payload bytes"), "{out}");
+    assert!(lines[a + 1].contains("RC_RDMA_WRITE_MIDDLE 4"), "{out}");
+    assert_eq!(
+        lines[a + 2],
+        "  psn 0x000064..0x00006a: retransmissions 1 (3 packets, 3072 bytes), gaps 1 (1 PSNs missing)",
+        "{out}"
+    );
+    assert!(lines[a + 3..b].contains(&"  ecn: 0 ECT, 1 CE; cnps 0"), "{out}");
+    assert!(lines[b..].contains(&"  acks 1, rnr naks 0, naks: PSN sequence error 1"), "{out}");
+    assert!(lines[b..].iter().any(|l| l.ends_with("cnps 1")), "{out}");
+    assert!(out.lines().last().unwrap().starts_with("packets: 11 roce: 11 icrc_ok: 11"), "{out}");
+    // The sequence graph of the WRITE's flow (the ACK flow has no PSN order: no graph).
+    let dir = tmp("flows-plot");
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = uroce().args(["pcap", "--flows", "--plot", dir.to_str().unwrap(), p.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success());
+    let svg = std::fs::read_to_string(dir.join("psn-10.77.0.11-10.77.0.12-qp000011.svg")).expect("the WRITE's graph");
+    assert!(svg.starts_with("<svg") && svg.contains("<polyline") && svg.contains("qp 0x000011"));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "one PSN-ordered flow");
+}

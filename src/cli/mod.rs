@@ -38,6 +38,14 @@ enum Command {
         /// Print only the summary line.
         #[arg(short, long)]
         quiet: bool,
+        /// Instead of a line per frame, a block per flow (one direction to one QP): packets and
+        /// messages per opcode, PSN range, retransmissions and gaps, ACKs and NAKs by kind,
+        /// ECN marks and CNPs, goodput.
+        #[arg(long)]
+        flows: bool,
+        /// With --flows: write a PSN-over-time graph (SVG) per flow into this directory.
+        #[arg(long, requires = "flows")]
+        plot: Option<PathBuf>,
     },
     /// Write a pcap with one sample frame of every RoCEv2 opcode (IPv4 and IPv6).
     GenPcap {
@@ -97,7 +105,7 @@ enum SimCommand {
 pub fn run() -> Result<std::process::ExitCode> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Pcap { files, quiet } => pcap_cmd::check(&files, quiet),
+        Command::Pcap { files, quiet, flows, plot } => pcap_cmd::check(&files, quiet, flows, plot.as_deref()),
         Command::GenPcap { file } => pcap_cmd::generate(&file),
         Command::Sim(SimCommand::Soak(a)) => sim_cmd::soak(&a),
         Command::Sim(SimCommand::Dcqcn(a)) => sim_dcqcn::run(&a),

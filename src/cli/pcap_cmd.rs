@@ -1,6 +1,6 @@
 //! `uroce pcap` and `uroce gen-pcap`.
 
-use crate::pcap::{check_into, CaptureError, CaptureWriter, CheckSummary};
+use crate::pcap::{check_into, decode, for_each_frame, CaptureError, CaptureWriter, CheckSummary, Decoded};
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,11 +11,31 @@ use std::time::Duration;
 /// is cut short or malformed part-way still shows every frame before the problem and the
 /// summary of those, then fails with what is wrong and where, as tshark does (exit status 2;
 /// 1 when a frame is bad, 0 when all is well).
-pub fn check(files: &[PathBuf], quiet: bool) -> Result<ExitCode> {
+/// With `flows`, the per-flow report ([`crate::flows`]) takes the per-frame lines' place
+/// (and `plot` writes each flow's PSN graph).
+pub fn check(files: &[PathBuf], quiet: bool, flows: bool, plot: Option<&Path>) -> Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut s = CheckSummary::default();
-    let r = check_into(files, &mut out, quiet, &mut s);
+    let r = check_into(files, &mut out, quiet || flows, &mut s);
+    if flows && !quiet {
+        let mut f = crate::flows::Flows::default();
+        for file in files {
+            // A capture cut short was reported above; its frames before the cut still count.
+            let _ = for_each_frame(file, |c| {
+                if let Decoded::Roce { frame, .. } = decode(c.linktype, &c.data) {
+                    f.add(c.timestamp, &frame);
+                }
+                Ok(())
+            });
+        }
+        f.write(&mut out)?;
+        if let Some(dir) = plot {
+            for p in crate::flows::plot(&f, dir).with_context(|| format!("write plots into {}", dir.display()))? {
+                writeln!(out, "wrote {}", p.display())?;
+            }
+        }
+    }
     if let Err(e) = &r {
         // Writing failed (e.g. a closed pipe), or nothing was read at all (an empty file, not a
         // capture): no summary, just the error.
