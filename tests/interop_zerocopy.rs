@@ -334,8 +334,18 @@ fn uroce_zero_copy_against_rxe() {
             let stock = format!("ib_{test} -d rxe0 -x {b_gid} -F -s {size} -n {n}");
             let mine = format!("uroce perf {test} {} -s {size} -n {n}", xdp("zero-copy"));
             // uroce client -> stock server in B
-            let run = pair_run(&b, &a, &stock, &format!("{mine} {B_IP}"), PERFTEST_WAITING, RUN_TIMEOUT)
-                .unwrap_or_else(|e| panic!("{mine} {B_IP}: {e}"));
+            let client = || {
+                pair_run(&b, &a, &stock, &format!("{mine} {B_IP}"), PERFTEST_WAITING, RUN_TIMEOUT)
+                    .unwrap_or_else(|e| panic!("{mine} {B_IP}: {e}"))
+            };
+            let mut run = client();
+            if run.client_rc != 0 && run.client_out.contains("transport retry counter exceeded") {
+                // Seen once in CI (2026-12-03, the session's first run): no frame of the run
+                // reached the bridge, as if the guest's zero-copy TX never started. The case
+                // runs once more, loudly; a second failure fails the test.
+                eprintln!("{TEST}: RETRY {mine}: transport retry counter exceeded\n{}", run.client_out);
+                run = client();
+            }
             let bw = check_bw(&run, size, n, true, ZC_BACKEND);
             figures.push(Figure {
                 what: format!("uroce {test} client"),
