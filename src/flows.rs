@@ -44,6 +44,14 @@ pub struct Flow {
     pub psn: Option<(Psn, Psn)>,
     /// Times the PSN went back (a Go-Back-N restart, or a duplicate).
     pub retransmissions: u64,
+    /// The flow's silence before each retransmission, summed and the longest: what the
+    /// retransmissions cost (a timeout shows as a silence of about the QP's ACK timeout, a NAK
+    /// as about a round trip).
+    pub retx_stall: Duration,
+    /// See `retx_stall`.
+    pub retx_stall_max: Duration,
+    /// The flow's longest silence between two of its packets.
+    pub longest_silence: Duration,
     /// Packets at a PSN already seen.
     pub retransmitted: u64,
     /// Times the PSN jumped ahead.
@@ -106,7 +114,10 @@ impl Flows {
         let fl = self.flows.entry(key).or_default();
         if fl.packets == 0 {
             fl.first = ts;
+            fl.last = ts;
         }
+        let silence = ts.saturating_sub(fl.last);
+        fl.longest_silence = fl.longest_silence.max(silence);
         fl.last = fl.last.max(ts);
         fl.packets += 1;
         match f.ip.ecn() {
@@ -134,7 +145,12 @@ impl Flows {
         // PSN-ordered: requests and READ responses of the connected transports.
         let ordered = matches!(info.transport, Transport::Rc | Transport::Uc)
             && (info.is_request() || info.operation == Operation::ReadResponse);
+        let episodes = fl.retransmissions;
         let again = ordered && Self::track_psn(fl, ts, bth.psn);
+        if fl.retransmissions > episodes {
+            fl.retx_stall += silence;
+            fl.retx_stall_max = fl.retx_stall_max.max(silence);
+        }
         let len = f.roce.payload_len as u64;
         if again {
             fl.payload_again += len;
@@ -201,7 +217,16 @@ impl Flows {
                     f.gaps,
                     f.missing
                 )?;
+                if f.retransmissions > 0 {
+                    writeln!(
+                        out,
+                        "  silence before retransmissions: {:.3} ms in all, longest {:.3} ms",
+                        f.retx_stall.as_secs_f64() * 1e3,
+                        f.retx_stall_max.as_secs_f64() * 1e3
+                    )?;
+                }
             }
+            writeln!(out, "  longest silence {:.3} ms", f.longest_silence.as_secs_f64() * 1e3)?;
             if f.acks + f.rnr_naks + f.naks.values().sum::<u64>() > 0 {
                 let naks: Vec<String> = f.naks.iter().map(|(n, c)| format!("{n} {c}")).collect();
                 let naks = if naks.is_empty() { "none".to_string() } else { naks.join(", ") };

@@ -108,7 +108,7 @@ fn flows_tell_a_go_back_n_story() {
     use uroce_wire::*;
     let p = tmp("flows.pcap");
     let mut w = uroce::pcap::CaptureWriter::new(std::fs::File::create(&p).unwrap()).unwrap();
-    let mut t = 1_700_000_000_000_000u64;
+    let t = std::cell::Cell::new(1_700_000_000_000_000u64);
     let mut put = |op: Opcode, psn: u32, back: bool, edit: &dyn Fn(&mut FrameRepr)| {
         let mut r = frame_repr(op, 1024, false, psn);
         if back {
@@ -120,8 +120,8 @@ fn flows_tell_a_go_back_n_story() {
         edit(&mut r);
         let mut buf = vec![0u8; r.buffer_len()];
         let n = r.emit(&mut buf, UdpChecksum::Zero, |b| b.fill(7)).unwrap();
-        t += 10;
-        w.write(Duration::from_micros(t), &buf[..n]).unwrap();
+        t.set(t.get() + 10);
+        w.write(Duration::from_micros(t.get()), &buf[..n]).unwrap();
     };
     let none = |_: &mut FrameRepr| {};
     put(Opcode::RC_RDMA_WRITE_FIRST, 100, false, &none);
@@ -132,6 +132,7 @@ fn flows_tell_a_go_back_n_story() {
         r.roce.ext.aeth = Some(AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn: Msn::new(0) })
     };
     put(Opcode::RC_ACKNOWLEDGE, 102, true, &nak);
+    t.set(t.get() + 250); // the requester takes 260 µs to go back (its last frame was 20 µs before the NAK)
     put(Opcode::RC_RDMA_WRITE_MIDDLE, 102, false, &none);
     put(Opcode::RC_RDMA_WRITE_MIDDLE, 103, false, &none);
     put(Opcode::RC_RDMA_WRITE_LAST, 104, false, &none);
@@ -153,7 +154,9 @@ fn flows_tell_a_go_back_n_story() {
         "  psn 0x000064..0x00006a: retransmissions 1 (3 packets, 3072 bytes), gaps 1 (1 PSNs missing)",
         "{out}"
     );
-    assert!(lines[a + 3..b].contains(&"  ecn: 0 ECT, 1 CE; cnps 0"), "{out}");
+    assert_eq!(lines[a + 3], "  silence before retransmissions: 0.270 ms in all, longest 0.270 ms", "{out}");
+    assert_eq!(lines[a + 4], "  longest silence 0.270 ms", "{out}");
+    assert!(lines[a + 5..b].contains(&"  ecn: 0 ECT, 1 CE; cnps 0"), "{out}");
     assert!(lines[b..].contains(&"  acks 1, rnr naks 0, naks: PSN sequence error 1"), "{out}");
     assert!(lines[b..].iter().any(|l| l.ends_with("cnps 1")), "{out}");
     assert!(out.lines().last().unwrap().starts_with("packets: 11 roce: 11 icrc_ok: 11"), "{out}");
