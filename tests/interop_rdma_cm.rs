@@ -162,13 +162,6 @@ struct Program {
     perftest: bool,
 }
 
-/// perftest's `#bytes #iterations BW-peak BW-average MsgRate` row.
-fn perftest_row(out: &str) -> Option<Vec<f64>> {
-    let mut lines = out.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
-    lines.next()?;
-    lines.map(|l| l.split_whitespace().map_while(|x| x.parse().ok()).collect::<Vec<f64>>()).find(|v| v.len() >= 4)
-}
-
 const PERFTEST: &[&str] = &["#bytes", "rdma_cm QPs"];
 
 const PROGRAMS: [Program; 7] = [
@@ -301,7 +294,7 @@ fn programs(s: &Side<'_>, flavour: Flavour) {
                 }
             }
             if p.perftest {
-                let row = perftest_row(&client_out).unwrap_or_default();
+                let row = ix::bw_row(&client_out).unwrap_or_default();
                 assert!(
                     row.len() >= 4 && row[0] == 65536.0 && row[1] == 200.0 && row[3] > 0.0,
                     "{flavour} {way}: {name}: {row:?}\n{client_out}"

@@ -39,6 +39,9 @@
 //! reason outside CI and fails under CI (`harness::require_or_skip`). Build with `--release`:
 //! the guest runs the test profile's `uroce` under TCG.
 
+#[path = "common/ix.rs"]
+mod ix;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -61,13 +64,6 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(150);
 /// Sizes and iterations of the perftest runs (TCG: a few MB per run).
 const PERF_RUNS: [(usize, u64); 2] = [(4096, 200), (65536, 40)];
 const PINGPONG_RUNS: [(usize, u32); 2] = [(8192, 40), (65536, 8)];
-
-/// The `#bytes #iterations BW-peak BW-average MsgRate` row of perftest's (or uroce's) report.
-fn bw_row(out: &str) -> Option<Vec<f64>> {
-    let mut lines = out.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
-    lines.next()?;
-    lines.map(|l| l.split_whitespace().map_while(|x| x.parse().ok()).collect::<Vec<f64>>()).find(|v| v.len() >= 4)
-}
 
 /// The console lines of one side that mention the backend.
 fn backend_line(out: &str) -> Option<&str> {
@@ -240,8 +236,8 @@ fn check_bw(run: &PairRun, size: usize, iters: u64, uroce_is_client: bool, backe
     // The client measures; perftest's and uroce's write/read servers print the client's report,
     // the send servers measure their own.
     let send = run.cmd.contains("send_bw") || run.client_out.contains("send_bw");
-    let client_row = bw_row(&run.client_out).unwrap_or_else(|| panic!("no client result row:\n{}", rc_text(run)));
-    let server_row = bw_row(&run.server_out).unwrap_or_else(|| panic!("no server result row:\n{}", rc_text(run)));
+    let client_row = ix::bw_row(&run.client_out).unwrap_or_else(|| panic!("no client result row:\n{}", rc_text(run)));
+    let server_row = ix::bw_row(&run.server_out).unwrap_or_else(|| panic!("no server result row:\n{}", rc_text(run)));
     for (who, row, by_uroce) in [
         ("client", &client_row, uroce_is_client),
         ("server", &server_row, if send { !uroce_is_client } else { uroce_is_client }),

@@ -614,3 +614,11 @@ pub fn cmtime_step(out: &str, name: &str) -> Option<f64> {
     let l = out.lines().find(|l| l.split(':').next().map(str::trim) == Some(name))?;
     l.split(':').nth(1)?.split_whitespace().last()?.parse().ok()
 }
+
+/// perftest's (or uroce perf's) `#bytes #iterations BW-peak BW-average MsgRate` result row.
+#[allow(dead_code)]
+pub fn bw_row(out: &str) -> Option<Vec<f64>> {
+    let mut lines = out.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    lines.next()?;
+    lines.map(|l| l.split_whitespace().map_while(|x| x.parse().ok()).collect::<Vec<f64>>()).find(|v| v.len() >= 4)
+}

@@ -85,15 +85,22 @@ fn kinds(h: &Host) -> Vec<EventKind> {
     h.events.iter().map(|e| e.kind).collect()
 }
 
-/// A server listening on 7174 and a client whose REQ is out: (net, hosts, client ID, client QP, server listen ID).
-fn started(o: &QpOptions, private: &[u8]) -> (Network, Vec<Host>, IdHandle, QpEnd, IdHandle) {
+/// Two hosts on the simulated network, the second listening on `port` in port space `ps`:
+/// (net, hosts, the listening ID).
+fn listening(ps: PortSpace, port: u16) -> (Network, Vec<Host>, IdHandle) {
     let mut net = Network::new(3, LinkConfig::default());
     net.add(device(1, 3));
     net.add(device(2, 3));
     let mut h = hosts(&mut net, [0xa, 0xb]);
-    let l = h[1].cm.create_id(PortSpace::Tcp).unwrap();
-    h[1].cm.bind_addr(l, "0.0.0.0:7174".parse().unwrap()).unwrap();
+    let l = h[1].cm.create_id(ps).unwrap();
+    h[1].cm.bind_addr(l, SocketAddr::new(IpAddr::V4([0, 0, 0, 0].into()), port)).unwrap();
     h[1].cm.listen(l).unwrap();
+    (net, h, l)
+}
+
+/// A server listening on 7174 and a client whose REQ is out: (net, hosts, client ID, client QP, server listen ID).
+fn started(o: &QpOptions, private: &[u8]) -> (Network, Vec<Host>, IdHandle, QpEnd, IdHandle) {
+    let (mut net, mut h, l) = listening(PortSpace::Tcp, 7174);
     let c = h[0].cm.create_id(PortSpace::Tcp).unwrap();
     let dst = SocketAddr::new(IpAddr::V4(ipv4(2)), 7174);
     h[0].cm.resolve_addr(c, dst, route(1, 2)).unwrap();
@@ -396,13 +403,7 @@ fn accepting_without_parameters_grants_what_the_request_asked_for() {
 #[test]
 fn a_program_that_moves_its_own_qps_connects_with_init_qp_attr_and_establish() {
     let o = QpOptions::default();
-    let mut net = Network::new(3, LinkConfig::default());
-    net.add(device(1, 3));
-    net.add(device(2, 3));
-    let mut h = hosts(&mut net, [0xa, 0xb]);
-    let l = h[1].cm.create_id(PortSpace::Tcp).unwrap();
-    h[1].cm.bind_addr(l, "0.0.0.0:7176".parse().unwrap()).unwrap();
-    h[1].cm.listen(l).unwrap();
+    let (mut net, mut h, _) = listening(PortSpace::Tcp, 7176);
     let c = h[0].cm.create_id(PortSpace::Tcp).unwrap();
     h[0].cm.resolve_addr(c, SocketAddr::new(IpAddr::V4(ipv4(2)), 7176), route(1, 2)).unwrap();
     h[0].cm.resolve_route(c).unwrap();
@@ -448,13 +449,7 @@ fn a_program_that_moves_its_own_qps_connects_with_init_qp_attr_and_establish() {
 /// comes back `Unreachable`.
 #[test]
 fn a_ud_id_finds_the_servers_qp_by_sidr_and_a_datagram_reaches_it() {
-    let mut net = Network::new(3, LinkConfig::default());
-    net.add(device(1, 3));
-    net.add(device(2, 3));
-    let mut h = hosts(&mut net, [0xa, 0xb]);
-    let l = h[1].cm.create_id(PortSpace::Udp).unwrap();
-    h[1].cm.bind_addr(l, "0.0.0.0:7177".parse().unwrap()).unwrap();
-    h[1].cm.listen(l).unwrap();
+    let (mut net, mut h, l) = listening(PortSpace::Udp, 7177);
     let ud_qp = |net: &mut Network, node: usize| {
         let d = net.dev(node);
         let (pd, cq) = (d.alloc_pd(), d.create_cq(64).unwrap());
