@@ -63,6 +63,12 @@ pub trait Backend: Send {
         false
     }
 
+    /// True when the frames it delivers carry the Ethernet header that arrived (a kernel UDP
+    /// socket's carry a placeholder: the engine then cannot check source MACs).
+    fn delivers_link_headers(&self) -> bool {
+        true
+    }
+
     /// A file descriptor that becomes readable when frames arrive, for a runtime that waits
     /// on it together with other events (`None`: use [`Backend::wait`]).
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {

@@ -64,6 +64,60 @@ pub struct DeviceConfig {
     pub qpn_block: Option<u8>,
     /// Congestion control: ECN marking, CNPs, the reaction point (default: all off, as rxe).
     pub cc: crate::cc::CongestionConfig,
+    /// What a connected QP checks beyond what rxe checks, against frames an attacker on the
+    /// segment forges (default: all on).
+    pub guards: Guards,
+}
+
+/// Checks against forged frames beyond rxe's (which checks a connected QP's source and
+/// destination addresses only, `check_addr`): what an attacker who learned a connection's
+/// addresses, QPNs, PSNs and keys (ReDMArk, USENIX Security '21: sniffed from the TCP exchange
+/// perftest uses) can still not do. Each failure drops the frame and counts; none changes
+/// what a legitimate peer sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Guards {
+    /// A connected QP's frames must come from the MAC it sends to (the peer's, or the router's
+    /// on a routed path): `dropped_bad_src_mac`. Off where the I/O layer sees no Ethernet
+    /// header (a kernel UDP socket: the backend writes a placeholder).
+    pub src_mac: bool,
+    /// A connected QP learns its peer's UDP source port from the first frame it accepts and
+    /// drops frames from any other port (`dropped_bad_src_port`): rxe, ConnectX and uroce
+    /// send a QP's packets from one port (rxe `rxe_qp_init_req`: `src_port` per QP). CNPs are
+    /// exempt (ConnectX varies theirs).
+    pub udp_sport: bool,
+    /// An error NAK (remote access, invalid request, remote operational error: the ones that
+    /// end a QP) must carry the MSN the responder has when it fails that request — the count
+    /// of messages it has completed, rxe `execute`; a READ counts once accepted, C9-148 — or
+    /// it is dropped
+    /// (`dropped_bad_nak_msn`). The PSN alone lets a blind attacker kill a requester once per
+    /// `2^24 / outstanding PSNs` frames; the MSN multiplies that by up to 2^24.
+    pub nak_msn: bool,
+    /// Duplicate READs (§9.7.5.1.3) re-executed per READ beyond the first
+    /// [`READ_REPLAYS_FREE`] only once per this interval (`dup_read_limited` counts the ones
+    /// dropped): a requester re-requests a READ once per retry, so a flood of replayed READ
+    /// requests cannot make the responder send a READ's bytes again and again toward its peer.
+    /// `None`: every duplicate is executed again, as rxe does.
+    pub read_replay_interval: Option<core::time::Duration>,
+}
+
+/// Re-executions of one READ a responder grants before [`Guards::read_replay_interval`]
+/// applies: one per transport retry a requester can make without progress (`retry_cnt` ≤ 7).
+pub const READ_REPLAYS_FREE: u32 = 7;
+
+impl Default for Guards {
+    fn default() -> Self {
+        Guards {
+            src_mac: true,
+            udp_sport: true,
+            nak_msn: true,
+            read_replay_interval: Some(core::time::Duration::from_millis(10)),
+        }
+    }
+}
+
+impl Guards {
+    /// Every guard off: exactly rxe's checks.
+    pub const NONE: Guards = Guards { src_mac: false, udp_sport: false, nak_msn: false, read_replay_interval: None };
 }
 
 /// A residue class of QP numbers (see [`DeviceConfig::qpn_shard`]).
@@ -113,6 +167,7 @@ impl DeviceConfig {
             qpn_shard: QpnShard::default(),
             qpn_block: None,
             cc: crate::cc::CongestionConfig::default(),
+            guards: Guards::default(),
         }
     }
 }

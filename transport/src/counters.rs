@@ -71,6 +71,17 @@ counters! {
     dropped_unknown_qp,
     /// Frames dropped: source address differs from the QP's connected peer.
     dropped_bad_src,
+    /// Frames dropped: from the peer's IP address but not from the MAC the QP sends to
+    /// ([`crate::Guards::src_mac`]).
+    dropped_bad_src_mac,
+    /// Frames dropped: from another UDP source port than the one the QP's peer uses
+    /// ([`crate::Guards::udp_sport`]).
+    dropped_bad_src_port,
+    /// Error NAKs dropped: their MSN is not the responder's for the NAKed request
+    /// ([`crate::Guards::nak_msn`]).
+    dropped_bad_nak_msn,
+    /// Duplicate READ requests not executed again ([`crate::Guards::read_replay_interval`]).
+    dup_read_limited,
     /// Frames dropped: P_Key mismatch.
     dropped_bad_pkey,
     /// Frames dropped: opcode not valid for the QP type, or unsupported.

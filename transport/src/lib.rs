@@ -29,7 +29,7 @@ pub mod timer;
 pub mod verbs;
 
 pub use counters::Counters;
-pub use device::{Device, DeviceConfig, Ipv4Ident, MrInfo, QpnShard, Quirks, RxDrop};
+pub use device::{Device, DeviceConfig, Guards, Ipv4Ident, MrInfo, QpnShard, Quirks, RxDrop, READ_REPLAYS_FREE};
 pub use mr::{AppMemory, MrMemory};
 pub use qp::AsyncEvent;
 pub use time::Instant;

@@ -2,7 +2,7 @@
 //! from [`crate::formulas::rc_udp_sport`]), and the IPv4 identification counters shared by the
 //! QPs of one (source, destination) pair.
 
-use crate::config::{DeviceConfig, Ipv4Ident};
+use crate::config::{DeviceConfig, Guards, Ipv4Ident};
 use crate::formulas::{rc_udp_sport, ud_udp_sport};
 use crate::verbs::{AddressVector, VerbsError};
 use std::net::IpAddr;
@@ -18,6 +18,11 @@ pub(crate) struct FrameTemplate {
     /// The peer is one of this device's own GIDs: the device delivers the QP's frames to
     /// itself instead of transmitting them (rxe's `rxe_xmit_packet` → `rxe_loopback`).
     pub(crate) loopback: bool,
+    /// The source MAC of the peer's frames: the one this QP sends to (the peer's, or the next
+    /// hop's), or this port's own when the peer is local.
+    peer_mac: EthernetAddress,
+    /// The peer's UDP source port, once a frame from it was accepted ([`Guards::udp_sport`]).
+    peer_sport: Option<u16>,
     /// Slot of this (source, destination) pair's IPv4 identification counter in [`Idents`]
     /// (shared by the pair's QPs).
     ident: Option<u32>,
@@ -165,6 +170,27 @@ pub(crate) fn emit_datagram(
     ok.then_some((len, looped))
 }
 
+/// Where a received frame says it comes from, as [`FrameTemplate::check_peer`] judges it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FrameSource {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    /// The Ethernet source (`None`: the frame came without its Ethernet header).
+    pub mac: Option<EthernetAddress>,
+    pub sport: u16,
+}
+
+/// Why [`FrameTemplate::check_peer`] says a frame is not from the QP's peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NotPeer {
+    /// Another source or destination address.
+    Address,
+    /// The peer's address from another MAC.
+    Mac,
+    /// The peer's address from another UDP source port.
+    Port,
+}
+
 impl FrameTemplate {
     /// The template of QP `lqpn` talking to `rqpn` along `av`; an IPv4 path takes its pair's
     /// identification counter from `idents`.
@@ -181,7 +207,8 @@ impl FrameTemplate {
         let ident =
             (cfg.ipv4_ident == Ipv4Ident::Counter && peer.is_ipv4()).then(|| idents.slot(cfg.seed, local, peer));
         let loopback = cfg.gids.iter().any(|g| g.to_ip() == peer);
-        Ok(FrameTemplate { hdr, peer, local, loopback, ident })
+        let peer_mac = if loopback { frame.eth.src_addr } else { frame.eth.dst_addr };
+        Ok(FrameTemplate { hdr, peer, local, loopback, peer_mac, peer_sport: None, ident })
     }
 
     /// Emit a CNP from QP `lqpn` to its peer `rqpn` along `av` (the QP's path, as
@@ -213,11 +240,31 @@ impl FrameTemplate {
         frame.emit(buf, cfg.udp_checksum, |_| {}).ok()
     }
 
-    /// Whether a frame from `src` to `dst` travels this QP's path: only the connected peer may
-    /// talk to a QP (rxe `check_addr`). Both receive paths ask here.
+    /// Whether a frame `from` comes from this QP's peer along its path: its addresses (rxe
+    /// `check_addr`: only the connected peer may talk to a QP), and as `guards` ask, the MAC
+    /// this QP sends to and the UDP source port the peer has used. A CNP is not held to the
+    /// port (ConnectX varies its CNPs' source ports). Both receive paths ask here.
     #[inline]
-    pub(crate) fn is_path(&self, src: IpAddr, dst: IpAddr) -> bool {
-        self.peer == src && self.local == dst
+    pub(crate) fn check_peer(&self, guards: &Guards, from: &FrameSource, cnp: bool) -> Result<(), NotPeer> {
+        if self.peer != from.src || self.local != from.dst {
+            return Err(NotPeer::Address);
+        }
+        if guards.src_mac && from.mac.is_some_and(|m| m != self.peer_mac) {
+            return Err(NotPeer::Mac);
+        }
+        if guards.udp_sport && !cnp && self.peer_sport.is_some_and(|p| p != from.sport) {
+            return Err(NotPeer::Port);
+        }
+        Ok(())
+    }
+
+    /// A frame from the peer (not a CNP) was accepted: from now on its source port is the
+    /// peer's ([`Guards::udp_sport`]).
+    #[inline]
+    pub(crate) fn heard(&mut self, sport: u16) {
+        if self.peer_sport.is_none() {
+            self.peer_sport = Some(sport);
+        }
     }
 
     /// Emit a whole frame of this QP: headers from the template, the BTH fields and extension

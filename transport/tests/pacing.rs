@@ -41,17 +41,7 @@ fn posted_write(rate: Option<u64>, len: usize, mtu: Mtu) -> (Network, QpEnd, MrI
     net.dev(0).set_rate_limit(a.qpn, rate).unwrap();
     assert_eq!(net.dev(0).qp(a.qpn).unwrap().rate_limit(), rate);
     let log = tap(&mut net);
-    let s = [sge(&src, 0, len)];
-    let wr = SendWr {
-        wr_id: 1,
-        opcode: WrOpcode::RdmaWrite,
-        sg_list: &s,
-        send_flags: SendFlags::SIGNALED,
-        remote_addr: dst.addr,
-        rkey: dst.rkey,
-        ..Default::default()
-    };
-    net.dev(0).post_send(a.qpn, &wr).unwrap();
+    post_rdma(&mut net, &a, 1, WrOpcode::RdmaWrite, &src, len, &dst);
     (net, a, dst, log)
 }
 

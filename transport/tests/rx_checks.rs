@@ -23,45 +23,14 @@ fn frame(
     opcode: Opcode,
 ) -> Vec<u8> {
     let info = opcode.info().unwrap();
-    let mut ext = ExtHeaders { reth: Some(RethRepr { va, rkey, dma_len: 4 }), ..Default::default() };
+    let mut f = Forged::from_peer(1, 2, qpn, psn, opcode);
+    (f.src_ip, f.dst_ip, f.bth.pkey, f.payload) = (src_ip, dst_ip, pkey, vec![1, 2, 3, 4]);
+    f.ext.reth = Some(RethRepr { va, rkey, dma_len: 4 });
     if info.headers.contains(uroce_wire::opcode::HeaderKind::Deth) {
-        ext.deth = Some(DethRepr { qkey: 1, src_qp: Qpn::new(1) });
-        ext.reth = None;
+        f.ext.deth = Some(DethRepr { qkey: 1, src_qp: Qpn::new(1) });
+        f.ext.reth = None;
     }
-    let r = FrameRepr {
-        eth: EthernetRepr { src_addr: mac(1), dst_addr: mac(2), vlan: None, ethertype: EtherType::IPV4 },
-        ip: IpRepr::V4(Ipv4Repr {
-            src_addr: src_ip,
-            dst_addr: dst_ip,
-            dscp: 0,
-            ecn: Ecn::NotEct,
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-            protocol: 17,
-            payload_len: 0,
-        }),
-        udp: UdpRepr { src_port: 0xc000, dst_port: ROCE_V2_PORT },
-        roce: RoceRepr {
-            bth: BthRepr {
-                opcode,
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey,
-                fecn: false,
-                becn: false,
-                dest_qp: Qpn::new(qpn),
-                ack_req: true,
-                psn: Psn::new(psn),
-            },
-            ext,
-            payload_len: 4,
-        },
-    };
-    let mut b = vec![0u8; r.buffer_len()];
-    r.emit(&mut b, UdpChecksum::Zero, |p| p.copy_from_slice(&[1, 2, 3, 4])).unwrap();
-    b
+    f.emit()
 }
 
 #[test]

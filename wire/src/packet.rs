@@ -333,6 +333,10 @@ fn common_ipv4_prefix(frame: &[u8]) -> Option<(&[u8; 42], usize)> {
 /// [`ParsedFrame`]. [`parse_bare_ipv4`] returns one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BareFrame<'a> {
+    /// Ethernet source address.
+    pub src_mac: crate::EthernetAddress,
+    /// UDP source port.
+    pub src_port: u16,
     /// IPv4 source address.
     pub src: core::net::Ipv4Addr,
     /// IPv4 destination address.
@@ -381,7 +385,10 @@ pub fn parse_bare_ipv4(frame: &[u8]) -> Option<BareFrame<'_>> {
     let rest = b.len().checked_sub(crate::bth::HEADER_LEN + ICRC_LEN)?;
     let n = payload_len(info, bth.pad_count, rest, BTH + crate::bth::HEADER_LEN).ok()?;
     let ip = &h[L3..L3 + 20];
+    let mac = &h[6..12];
     Some(BareFrame {
+        src_mac: crate::EthernetAddress([mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]]),
+        src_port: u16::from_be_bytes([h[L3 + 20], h[L3 + 21]]),
         src: core::net::Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
         dst: core::net::Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
         bth,

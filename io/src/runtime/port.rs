@@ -189,6 +189,7 @@ impl Port {
         // needs the engine's own check behind it.
         let corrupts = cfg.inject.as_ref().is_some_and(|f| f.corrupt > 0.0);
         dc.check_icrc = !backend.verifies_icrc() || corrupts;
+        dc.guards.src_mac = backend.delivers_link_headers();
         dc.cc = cfg.cc;
         if let Some(t) = cfg.tweak {
             t(&mut dc);

@@ -1000,6 +1000,10 @@ impl Backend for UdpBackend {
         true
     }
 
+    fn delivers_link_headers(&self) -> bool {
+        false
+    }
+
     /// The socket: readable when datagrams wait. Frames the backend holds itself (GRO
     /// segments beyond a `recv`'s `max`) do not make it readable, but they exist only after a
     /// `recv` that delivered its full `max`, so a loop that waits only after a short batch

@@ -33,7 +33,7 @@ mod rx;
 mod schedule;
 mod srq;
 
-pub use crate::config::{DeviceConfig, Ipv4Ident, QpnShard, Quirks};
+pub use crate::config::{DeviceConfig, Guards, Ipv4Ident, QpnShard, Quirks, READ_REPLAYS_FREE};
 pub use crate::formulas::{calc_flow_label, rc_udp_sport as udp_sport};
 pub use objects::MrInfo;
 pub use rx::RxDrop;

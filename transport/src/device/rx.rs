@@ -4,6 +4,7 @@
 
 use super::Device;
 use crate::counters::Counters;
+use crate::path::{FrameSource, NotPeer};
 use crate::qp::congestion::CnpOutcome;
 use crate::qp::{icrc_ok, BadIcrc, Icrc};
 use crate::time::Instant;
@@ -27,6 +28,10 @@ pub enum RxDrop {
     UnknownQp(u32),
     /// Source address is not the QP's connected peer.
     BadSource,
+    /// The peer's address, but not the MAC the QP sends to ([`crate::Guards::src_mac`]).
+    BadSourceMac,
+    /// The peer's address, but not the UDP source port it uses ([`crate::Guards::udp_sport`]).
+    BadSourcePort,
     /// P_Key mismatch.
     BadPkey,
     /// Opcode not for an RC QP / not supported.
@@ -87,9 +92,11 @@ impl Device {
         if !transport_fits(qp.qp_type, Transport::Rc) {
             return false;
         }
-        // The QP's path; its local address is one of the GID table's, so `deliver`'s
-        // destination check holds too.
-        if !qp.template.as_ref().is_some_and(|t| t.is_path(IpAddr::V4(b.src), IpAddr::V4(b.dst))) {
+        // From the QP's peer along its path; its local address is one of the GID table's, so
+        // `deliver`'s destination check holds too.
+        let from =
+            FrameSource { src: IpAddr::V4(b.src), dst: IpAddr::V4(b.dst), mac: Some(b.src_mac), sport: b.src_port };
+        if qp.template.as_ref().is_none_or(|t| t.check_peer(&cfg.guards, &from, false).is_err()) {
             return false;
         }
         if !qp.place_write_middle(mrs, counters, b, cfg.check_icrc) {
@@ -132,12 +139,21 @@ impl Device {
             if !transport_fits(ty, info.transport) {
                 return Err(RxDrop::BadOpcode);
             }
-            // A connected QP hears only its peer, along its path (rxe `check_addr`); a UD QP
-            // anyone who knows its number and Q_Key.
+            // A connected QP hears only its peer, along its path (rxe `check_addr`, and the
+            // guards); a UD QP anyone who knows its number and Q_Key.
             if ty.is_connected() {
+                let from = FrameSource {
+                    src: p.ip.src_addr(),
+                    dst,
+                    mac: p.eth.as_ref().map(|e| e.src_addr),
+                    sport: p.udp.src_port,
+                };
                 match &qp.template {
-                    Some(t) if t.is_path(p.ip.src_addr(), dst) => {}
-                    Some(_) => return Err(RxDrop::BadSource),
+                    Some(t) => t.check_peer(&ctx.cfg.guards, &from, cnp).map_err(|e| match e {
+                        NotPeer::Address => RxDrop::BadSource,
+                        NotPeer::Mac => RxDrop::BadSourceMac,
+                        NotPeer::Port => RxDrop::BadSourcePort,
+                    })?,
                     None => return Err(RxDrop::QpState),
                 }
             }
@@ -149,6 +165,8 @@ impl Device {
                 }
                 return Ok(());
             }
+            // Where the QP stands, to tell whether this frame moves it forward.
+            let progress = (qp.send.una(), qp.resp.epsn);
             let r = if info.is_request() {
                 qp.handle_request(ctx, p, icrc)
             } else if icrc == Icrc::Checked || icrc_ok(p) {
@@ -158,6 +176,13 @@ impl Device {
                 Err(BadIcrc)
             };
             if r.is_ok() {
+                // Only a frame that made progress teaches the peer's port: one a blind
+                // attacker can send (out of window, stale) cannot pin a port of its own.
+                if (qp.send.una(), qp.resp.epsn) != progress {
+                    if let Some(t) = qp.template.as_mut().filter(|_| ty.is_connected()) {
+                        t.heard(p.udp.src_port);
+                    }
+                }
                 qp.on_received(ctx, p, info);
             }
             r.map_err(|BadIcrc| RxDrop::Icrc)
@@ -221,6 +246,8 @@ fn drop_frame(counters: &mut Counters, p: &ParsedFrame<'_>, icrc: Icrc, why: RxD
         RxDrop::WrongDestination => &mut counters.dropped_wrong_dst,
         RxDrop::UnknownQp(_) => &mut counters.dropped_unknown_qp,
         RxDrop::BadSource => &mut counters.dropped_bad_src,
+        RxDrop::BadSourceMac => &mut counters.dropped_bad_src_mac,
+        RxDrop::BadSourcePort => &mut counters.dropped_bad_src_port,
         RxDrop::BadPkey => &mut counters.dropped_bad_pkey,
         RxDrop::BadOpcode => &mut counters.dropped_bad_opcode,
         RxDrop::QpState => &mut counters.dropped_qp_state,

@@ -20,7 +20,7 @@ use crate::time::local_ack_timeout;
 use crate::timer::Timer;
 use crate::verbs::*;
 use uroce_wire::opcode::Operation;
-use uroce_wire::{NakCode, ParsedFrame, Psn, RnrTimer, Syndrome};
+use uroce_wire::{Msn, NakCode, ParsedFrame, Psn, RnrTimer, Syndrome};
 
 impl Qp {
     /// Whether retry_cnt 7 means "forever" here (the peer quirk; rnr_retry 7 always does).
@@ -227,6 +227,10 @@ impl Qp {
                 }
             }
             Syndrome::Nak(code) => {
+                if ctx.cfg.guards.nak_msn && !self.nak_msn_fits(r, aeth.msn) {
+                    ctx.counters.dropped_bad_nak_msn += 1;
+                    return;
+                }
                 let _ = self.ack_through(ctx, r.sub(1));
                 let status = match code {
                     NakCode::InvalidRequest => WcStatus::RemInvReqErr,
@@ -241,6 +245,26 @@ impl Qp {
             }
             Syndrome::Reserved(_) => ctx.counters.dropped_stale_response += 1,
         }
+    }
+
+    /// Whether an error NAK for PSN `r` carries the MSN its responder has when it fails the
+    /// request holding `r` ([`crate::Guards::nak_msn`]): the messages before that request
+    /// (rxe counts a message at its end, `execute`), or for a READ also one more — accepted
+    /// READs count before their responses go out (C9-148), so one that fails while responding
+    /// (its region deregistered, rxe `read_reply` → remote access error) is NAKed after it.
+    fn nak_msn_fits(&self, r: Psn, msn: Msn) -> bool {
+        let mut i = self.sq.head;
+        while i != self.sq.tail {
+            let w = self.sq.get(i);
+            if !w.psn_assigned {
+                break;
+            }
+            if r.within(w.first_psn, w.last_psn) {
+                return msn == w.msn || (w.opcode == WrOpcode::RdmaRead && msn == w.msn.add(1));
+            }
+            i += 1;
+        }
+        false
     }
 
     fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, r: Psn, t: RnrTimer) {

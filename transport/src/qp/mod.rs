@@ -36,7 +36,7 @@ use crate::time::Instant;
 use crate::timer::{Timer, TimerQueue, TimerTable};
 use crate::verbs::*;
 use std::collections::VecDeque;
-use uroce_wire::{Psn, Qpn};
+use uroce_wire::{Msn, Psn, Qpn};
 
 /// Scatter/gather entries a WQE slot holds.
 pub const MAX_SGE: usize = 16;
@@ -137,6 +137,8 @@ pub(crate) struct SendWqe {
     pub psn_assigned: bool,
     pub first_psn: Psn,
     pub last_psn: Psn,
+    /// The responder's MSN before this message (messages sent before it since RESET).
+    pub msn: Msn,
     /// READ: bytes of response received.
     pub read_rcvd: u32,
     /// READ: byte offset the last READ request (first or retried) started at; its responses
@@ -167,6 +169,7 @@ impl SendWqe {
             psn_assigned: false,
             first_psn: Psn::new(0),
             last_psn: Psn::new(0),
+            msn: Msn::new(0),
             read_rcvd: 0,
             read_req_off: 0,
             local_err: None,

@@ -347,9 +347,10 @@ impl Qp {
                     }
                 }
                 let npkts = w.npkts(mtu);
-                let first = self.send.begin_wqe(w.opcode.is_read_or_atomic());
+                let (first, msn) = self.send.begin_wqe(w.opcode.is_read_or_atomic());
                 let w = self.sq.get_mut(cur);
                 w.psn_assigned = true;
+                w.msn = msn;
                 w.first_psn = first;
                 w.last_psn = first.add(npkts - 1);
             }

@@ -56,6 +56,9 @@ pub(crate) enum Resource {
         rkey: u32,
         len: u32,
         msn: Msn,
+        /// Times executed again for a duplicate, and when last ([`crate::Guards`]).
+        replays: u32,
+        replayed_at: crate::time::Instant,
     },
     Atomic {
         psn: Psn,
@@ -704,7 +707,16 @@ impl Qp {
         self.resp.msn = self.resp.msn.add(1);
         let msn = self.resp.msn;
         self.resp.add_resource(
-            Resource::Read { first_psn: psn, last_psn, va: reth.va, rkey: reth.rkey, len: reth.dma_len, msn },
+            Resource::Read {
+                first_psn: psn,
+                last_psn,
+                va: reth.va,
+                rkey: reth.rkey,
+                len: reth.dma_len,
+                msn,
+                replays: 0,
+                replayed_at: ctx.now,
+            },
             cap,
         );
         self.resp.epsn = last_psn.add(1);
@@ -765,34 +777,40 @@ impl Qp {
             Class::Other => match info.operation {
                 Operation::ReadRequest => {
                     let Some(reth) = p.roce.ext.reth else { return };
-                    let found = self.resp.resources.iter().find_map(|r| match *r {
-                        Resource::Read { first_psn, last_psn, va, rkey, len, msn }
-                            if psn.within(first_psn, last_psn) =>
+                    let interval = ctx.cfg.guards.read_replay_interval;
+                    let found = self.resp.resources.iter_mut().find_map(|r| match r {
+                        Resource::Read { first_psn, last_psn, va, rkey, len, msn, replays, replayed_at }
+                            if psn.within(*first_psn, *last_psn) =>
                         {
-                            Some((first_psn, last_psn, va, rkey, len, msn))
+                            // The repeated request must ask for (part of) what the original
+                            // asked for.
+                            let inside = *rkey == reth.rkey
+                                && reth.va >= *va
+                                && reth.va.saturating_add(reth.dma_len as u64) <= *va + *len as u64;
+                            if !inside {
+                                return Some(None);
+                            }
+                            if !replay_allowed(interval, *replays, *replayed_at, ctx.now) {
+                                ctx.counters.dup_read_limited += 1;
+                                return Some(None);
+                            }
+                            (*replays, *replayed_at) = (replays.saturating_add(1), ctx.now);
+                            Some(Some((*first_psn, *last_psn, *rkey, *msn)))
                         }
                         _ => None,
                     });
-                    // The repeated request must ask for (part of) what the original asked for.
-                    if let Some((first, last, va, rkey, len, msn)) = found {
-                        let inside = rkey == reth.rkey
-                            && reth.va >= va
-                            && reth.va.saturating_add(reth.dma_len as u64) <= va + len as u64;
-                        if inside {
-                            // Executed again from memory; a stream still queued for the same
-                            // READ is replaced.
-                            self.resp
-                                .out
-                                .retain(|o| !matches!(o, RespOut::Read { psn: q, .. } if q.within(first, last)));
-                            self.resp.out.push_back(RespOut::Read {
-                                psn,
-                                va: reth.va,
-                                rkey,
-                                off: 0,
-                                len: reth.dma_len,
-                                msn,
-                            });
-                        }
+                    if let Some(Some((first, last, rkey, msn))) = found {
+                        // Executed again from memory; a stream still queued for the same READ
+                        // is replaced.
+                        self.resp.out.retain(|o| !matches!(o, RespOut::Read { psn: q, .. } if q.within(first, last)));
+                        self.resp.out.push_back(RespOut::Read {
+                            psn,
+                            va: reth.va,
+                            rkey,
+                            off: 0,
+                            len: reth.dma_len,
+                            msn,
+                        });
                     }
                 }
                 Operation::CompareSwap | Operation::FetchAdd => {
@@ -837,10 +855,11 @@ impl Qp {
                     }
                     return Some(len);
                 }
-                Err(psn) => {
-                    // The region went away mid-response: NAK remote operational error, QP to ERR.
+                Err((psn, msn)) => {
+                    // The region went away mid-response: NAK remote operational error with the
+                    // READ's MSN (requests accepted after it do not count: rxe answers a READ
+                    // before it takes the next request), QP to ERR.
                     self.resp.out.clear();
-                    let msn = self.resp.msn;
                     let syndrome = Syndrome::Nak(NakCode::RemoteOperationalError);
                     self.resp.out.push_back(RespOut::Ack { psn, syndrome, msn });
                     ctx.counters.send_err += 1;
@@ -850,24 +869,24 @@ impl Qp {
         }
     }
 
-    /// Emit the packet at the front of the output queue. `Some(Err(psn))`: a READ response
-    /// could not be read from memory.
-    fn emit_response(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Result<usize, Psn>> {
+    /// Emit the packet at the front of the output queue. `Some(Err((psn, msn)))`: a READ
+    /// response could not be read from memory (`msn`: the READ's, which counts it).
+    fn emit_response(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<Result<usize, (Psn, Msn)>> {
         let tpl = self.template.as_ref()?;
         let mtu = self.attr.path_mtu.bytes() as u32;
         let front = *self.resp.out.front()?;
         let mut ext = uroce_wire::ExtHeaders::default();
-        let (opcode, psn, payload_len, src) = match front {
+        let (opcode, psn, payload_len, src, msn) = match front {
             RespOut::Ack { psn, syndrome, msn } => {
                 ext.aeth = Some(AethRepr { syndrome, msn });
                 self.resp.out.pop_front();
-                (uroce_wire::Opcode::RC_ACKNOWLEDGE, psn, 0, None)
+                (uroce_wire::Opcode::RC_ACKNOWLEDGE, psn, 0, None, msn)
             }
             RespOut::AtomicAck { psn, orig, msn } => {
                 ext.aeth = Some(AethRepr { syndrome: Syndrome::ACK_UNLIMITED, msn });
                 ext.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
                 self.resp.out.pop_front();
-                (uroce_wire::Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, 0, None)
+                (uroce_wire::Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, 0, None, msn)
             }
             RespOut::Read { psn, va, rkey, off, len, msn } => {
                 let n = (len - off).min(mtu);
@@ -889,7 +908,7 @@ impl Qp {
                     *p = p.add(1);
                     *o += n;
                 }
-                (opcode, psn, n as usize, Some((va + off as u64, rkey)))
+                (opcode, psn, n as usize, Some((va + off as u64, rkey)), msn)
             }
         };
         let pd = self.pd;
@@ -910,9 +929,25 @@ impl Qp {
         // emit failure (a buffer too small) sends nothing.
         let len = match len {
             Some(len) => len,
-            None if !ok => return Some(Err(psn)),
+            None if !ok => return Some(Err((psn, msn))),
             None => return None,
         };
         Some(Ok(len))
+    }
+}
+
+/// Whether a READ executed again `replays` times, last at `at`, may be executed again `now`
+/// for a duplicate ([`crate::Guards::read_replay_interval`]): always for its first
+/// [`crate::READ_REPLAYS_FREE`] repeats (a requester's retries without progress), then once per
+/// interval (a requester that retries forever, through an outage, still gets its data).
+fn replay_allowed(
+    interval: Option<core::time::Duration>,
+    replays: u32,
+    at: crate::time::Instant,
+    now: crate::time::Instant,
+) -> bool {
+    match interval {
+        None => true,
+        Some(i) => replays < crate::READ_REPLAYS_FREE || now >= at + i,
     }
 }

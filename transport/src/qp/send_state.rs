@@ -10,7 +10,7 @@
 
 use super::SendQueue;
 use crate::formulas::{retry_step, send_window_allows, AckReqCadence, RetryStep};
-use uroce_wire::Psn;
+use uroce_wire::{Msn, Psn};
 
 /// Why a retry starts.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -90,6 +90,9 @@ impl Recovery {
 pub(crate) struct SendState {
     /// Oldest unacknowledged PSN.
     una: Psn,
+    /// Messages given PSNs so far: the MSN the responder has before the next new WQE (it
+    /// counts each request message once, from 0 at RESET).
+    msn: Msn,
     /// One past the last PSN ever used: where the next new WQE starts. A packet of a WQE
     /// that already has PSNs derives its PSN from the WQE and the byte offset, so a rewind or
     /// a completion that moves the cursor can never desynchronise PSNs from packets.
@@ -202,13 +205,15 @@ impl SendState {
 
     // --- events from the requester ---
 
-    /// A new WQE of `npkts` PSNs starts at the cursor: its first PSN.
-    pub fn begin_wqe(&mut self, rd_atomic: bool) -> Psn {
+    /// A new WQE starts at the cursor: its first PSN, and the responder's MSN before it.
+    pub fn begin_wqe(&mut self, rd_atomic: bool) -> (Psn, Msn) {
         if rd_atomic {
             self.rd_atomic_inflight += 1;
         }
         self.cur_off = 0;
-        self.next_psn
+        let msn = self.msn;
+        self.msn = msn.add(1);
+        (self.next_psn, msn)
     }
 
     /// A packet left: whether it asked for an ACK, the PSN after it (a READ request reserves
