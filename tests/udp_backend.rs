@@ -347,6 +347,8 @@ impl Node {
         let mut cfg = DeviceConfig::new(mac, &[ip]);
         cfg.udp_sport = be.fixed_udp_src_port();
         cfg.check_icrc = !be.verifies_icrc();
+        // As `Port` does: the socket hides the Ethernet header, so no source-MAC guard.
+        cfg.guards.src_mac = be.delivers_link_headers();
         cfg.seed = seed;
         let mut dev = Device::new(cfg);
         let pd = dev.alloc_pd();

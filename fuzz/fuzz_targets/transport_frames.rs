@@ -116,7 +116,7 @@ fn crafted(r: &Rig, d: &[u8]) -> Option<Vec<u8>> {
         feth: h.contains(K::Feth).then_some(FethRepr::default()),
         reth: h.contains(K::Reth).then_some(RethRepr { va, rkey: key, dma_len: len }),
         atomic_eth: h.contains(K::AtomicEth).then_some(AtomicEthRepr { va, rkey: key, swap_add: 1, compare: 0 }),
-        aeth: h.contains(K::Aeth).then_some(AethRepr { syndrome, msn: Msn::new(0) }),
+        aeth: h.contains(K::Aeth).then_some(AethRepr { syndrome, msn: Msn::new(d.get(19).copied().unwrap_or(0) as u32 % 8) }),
         atomic_ack_eth: h.contains(K::AtomicAckEth).then_some(AtomicAckEthRepr { orig: 9 }),
         immdt: h.contains(K::ImmDt).then_some(1),
         ieth: h.contains(K::Ieth).then_some(key),

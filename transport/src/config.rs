@@ -80,16 +80,16 @@ pub struct Guards {
     /// on a routed path): `dropped_bad_src_mac`. Off where the I/O layer sees no Ethernet
     /// header (a kernel UDP socket: the backend writes a placeholder).
     pub src_mac: bool,
-    /// A connected QP learns its peer's UDP source port from the first frame it accepts and
-    /// drops frames from any other port (`dropped_bad_src_port`): rxe, ConnectX and uroce
-    /// send a QP's packets from one port (rxe `rxe_qp_init_req`: `src_port` per QP). CNPs are
+    /// A connected QP learns its peer's UDP source port from the first frame that moves it
+    /// forward (an executed request, an acknowledgement) and drops frames from any other port (`dropped_bad_src_port`): rxe and uroce send all of a
+    /// QP's packets from one port (`rdma_get_udp_sport` of its flow label and QPNs; pinned on
+    /// rxe's captures by rxe-compat's `udp_source_port_is_rdma_get_udp_sport`). CNPs are
     /// exempt (ConnectX varies theirs).
     pub udp_sport: bool,
     /// An error NAK (remote access, invalid request, remote operational error: the ones that
     /// end a QP) must carry the MSN the responder has when it fails that request — the count
-    /// of messages it has completed, rxe `execute`; a READ counts once accepted, C9-148 — or
-    /// it is dropped
-    /// (`dropped_bad_nak_msn`). The PSN alone lets a blind attacker kill a requester once per
+    /// of messages it has completed (rxe `execute`; a READ counts once accepted, C9-148) — or
+    /// it is dropped (`dropped_bad_nak_msn`). The PSN alone lets a blind attacker kill a requester once per
     /// `2^24 / outstanding PSNs` frames; the MSN multiplies that by up to 2^24.
     pub nak_msn: bool,
     /// Duplicate READs (§9.7.5.1.3) re-executed per READ beyond the first
