@@ -13,5 +13,6 @@ pub mod netns;
 pub mod pcap;
 pub mod perf;
 pub mod pingpong;
+pub mod probe;
 pub mod sample;
 pub mod switch;

@@ -12,6 +12,8 @@
 //!   the peer MAC from the kernel's neighbour table (the kernel does ARP/ND).
 //! * [`inject`]: a seeded fault injector at the I/O boundary (drop, duplicate, reorder, delay,
 //!   corrupt, CE-mark) for tests and `uroce perf --inject`.
+//! * [`tap`]: a program between a port's engine and its backend in both directions
+//!   (`uroce probe`'s targeted faults).
 //! * [`runtime`]: [`runtime::Port`] (engine + backend + clock + capture + injector) and
 //!   [`runtime::Runtime`] (progress threads); [`runtime::connect`] connects a QP to a peer.
 //! * [`capture`]: pcap files of what a port moves; [`random`]: where key material comes from.
@@ -22,6 +24,7 @@ pub mod netif;
 pub mod random;
 pub mod runtime;
 pub mod share;
+pub mod tap;
 pub mod udp;
 pub mod xdp;
 pub mod xsk;

@@ -9,6 +9,7 @@ pub mod limits;
 mod pcap_cmd;
 mod perf_cmd;
 mod pingpong_cmd;
+mod probe_cmd;
 mod sim_cmd;
 mod sim_dcqcn;
 mod sim_scenario;
@@ -59,6 +60,12 @@ enum Command {
     /// ibv_rc_pingpong over uroce: same flags, exchange and output, so the stock tool can be
     /// the peer. Without HOST this side is the server.
     Pingpong(pingpong_cmd::PingpongArgs),
+    /// Lumina-style conformance of a peer: a perftest run (write_lat or read_lat) to the peer's
+    /// server with targeted faults on it — drop the k-th packet of the m-th message or a
+    /// message's ACK, corrupt an ICRC, mark CE, duplicate, reorder — and a table of the peer's
+    /// reactions (NAK and retransmission latency and extent, READ re-execution, CNPs, payload
+    /// integrity) beside what IBTA requires.
+    Probe(probe_cmd::ProbeArgs),
     /// Two uroce instances and a perftest run between them: as root over AF_XDP between two
     /// fresh network namespaces joined by veth; otherwise over kernel UDP on loopback.
     Demo(demo_cmd::DemoArgs),
@@ -120,6 +127,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Command::Perf(a) => perf_cmd::run(&a),
         Command::Demo(a) => demo_cmd::run(&a),
         Command::Pingpong(a) => pingpong_cmd::run(&a),
+        Command::Probe(a) => probe_cmd::run(&a),
         Command::Verbs(a) => verbs_cmd::run(&a),
     }
 }

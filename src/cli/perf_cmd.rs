@@ -77,7 +77,7 @@ impl BackendArgs {
 pub struct PerfArgs {
     /// The test (`write_bw` = `ib_write_bw`, ...).
     #[arg(value_enum)]
-    test: Test,
+    pub(super) test: Test,
     /// The server to connect to; without it, this side is the server and waits.
     host: Option<String>,
     /// Network interface (perftest: the IB device; uroce runs on a plain netdev).
@@ -85,10 +85,10 @@ pub struct PerfArgs {
     dev: Option<String>,
     /// Message size in bytes, 1 .. 2^31-1; a K or M suffix multiplies by 1024 or 1024^2.
     #[arg(short = 's', long, value_parser = limits::PERFTEST_SIZE.size_parser())]
-    size: Option<u64>,
+    pub(super) size: Option<u64>,
     /// Iterations (5 .. 2^32).
     #[arg(short = 'n', long, value_parser = limits::PERFTEST_ITERS.parser())]
-    iters: Option<u64>,
+    pub(super) iters: Option<u64>,
     /// Number of QPs (1 .. 16384).
     #[arg(short = 'q', long = "qp", default_value_t = 1, value_parser = limits::PERFTEST_QPS.parser())]
     qps: u64,

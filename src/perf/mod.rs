@@ -387,8 +387,17 @@ pub(crate) struct Run {
 
 /// Run a test end to end; the report goes to `out`.
 pub fn run(cfg: PerfConfig, out: Box<dyn std::io::Write>) -> Result<Option<BwResult>> {
+    run_tapped(cfg, out, None)
+}
+
+/// [`run`] with `tap` between the engine and the wire (`uroce probe`).
+pub fn run_tapped(
+    cfg: PerfConfig,
+    out: Box<dyn std::io::Write>,
+    tap: Option<Box<dyn uroce_io::tap::Tap>>,
+) -> Result<Option<BwResult>> {
     let local_ip = connect::choose_local_ip(cfg.ifname.as_deref(), cfg.local_ip, cfg.gid_index)?;
-    let port = Port::open(PortConfig {
+    let mut port = Port::open(PortConfig {
         ifname: cfg.ifname.clone(),
         local_ip,
         backend: cfg.backend.clone(),
@@ -398,6 +407,7 @@ pub fn run(cfg: PerfConfig, out: Box<dyn std::io::Write>) -> Result<Option<BwRes
         tweak: None,
         cc: cfg.cc,
     })?;
+    port.set_tap(tap);
     let stream = match &cfg.host {
         Some(h) => connect_tcp(h, cfg.port, cfg.connect_timeout)?,
         None => {

@@ -1,7 +1,8 @@
 //! One port: an engine, a backend, a clock, and optional capture and fault injection.
 
 use crate::capture::CaptureFile;
-use crate::{inject, netif, udp, xdp, Backend};
+use crate::{inject, netif, tap::Tap, udp, xdp, Backend};
+use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -94,6 +95,11 @@ pub struct Port {
     tx_budget: u32,
     tx_blocked: bool,
     pause: super::pause::Pause,
+    /// The tap between engine and backend, the frames it let out that wait for the backend,
+    /// and the engine's transmit buffer while a tap is in place.
+    tap: Option<Box<dyn Tap>>,
+    tap_out: VecDeque<Vec<u8>>,
+    tap_scratch: Vec<u8>,
 }
 
 /// A link that is down loses frames, as a wire would: the engine's timers and retries decide
@@ -215,6 +221,9 @@ impl Port {
             tx_budget: DEFAULT_TX_BUDGET,
             tx_blocked: false,
             pause: super::pause::Pause::new(link_speed(cfg.ifname.as_deref())),
+            tap: None,
+            tap_out: VecDeque::new(),
+            tap_scratch: Vec::new(),
         })
     }
 
@@ -252,6 +261,18 @@ impl Port {
             tx_held: self.pause.held_total,
             ..self.stats
         }
+    }
+
+    /// Put `tap` between the engine and the backend (see [`crate::tap`]); `None` removes it.
+    /// A tapped port sends what the tap lets out in order and does not hold frames for PFC.
+    pub fn set_tap(&mut self, tap: Option<Box<dyn Tap>>) {
+        self.tap = tap;
+        self.tap_scratch.resize(if self.tap.is_some() { 1 << 16 } else { 0 }, 0);
+    }
+
+    /// The tap, to look at what it recorded.
+    pub fn tap_mut(&mut self) -> Option<&mut (dyn Tap + 'static)> {
+        self.tap.as_deref_mut()
     }
 
     /// The fault injector's counters, when one is configured.
@@ -302,13 +323,20 @@ impl Port {
         let now = Instant::from_nanos(since.as_nanos() as u64);
         let wall = self.wall_epoch + since;
         let ts = wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-        let Port { backend, dev, pcap, injector, stats, tx_budget, tx_blocked, pause, .. } = self;
+        let Port { backend, dev, pcap, injector, stats, tx_budget, tx_blocked, pause, tap, tap_out, tap_scratch, .. } =
+            self;
         *tx_blocked = false;
         let mut work = false;
         let deliver = |dev: &mut Device, stats: &mut PortStats, f: &[u8]| {
             if dev.handle_frame(now, f).is_err() {
                 stats.rx_dropped += 1;
             }
+        };
+        let to_engine = |dev: &mut Device, stats: &mut PortStats, tap: &mut Option<Box<dyn Tap>>, f: &[u8]| match tap
+            .as_mut()
+        {
+            Some(t) => t.on_rx(now, f, &mut |g: &[u8]| deliver(dev, stats, g)),
+            None => deliver(dev, stats, f),
         };
         let n = backend.recv(64, &mut |f: &[u8]| {
             if let Some(p) = pcap.as_mut() {
@@ -319,8 +347,8 @@ impl Port {
                 return;
             }
             match injector.as_mut() {
-                Some(inj) => inj.process(std_now, f, &mut |g: &[u8]| deliver(dev, stats, g)),
-                None => deliver(dev, stats, f),
+                Some(inj) => inj.process(std_now, f, &mut |g: &[u8]| to_engine(dev, stats, tap, g)),
+                None => to_engine(dev, stats, tap, f),
             }
         })?;
         stats.rx_frames += n as u64;
@@ -328,14 +356,15 @@ impl Port {
         if let Some(inj) = injector.as_mut() {
             inj.poll(std_now, &mut |g: &[u8]| {
                 work = true;
-                if dev.handle_frame(now, g).is_err() {
-                    stats.rx_dropped += 1;
-                }
+                to_engine(dev, stats, tap, g);
             });
         }
         if dev.poll_timeout().is_some_and(|t| t <= now) {
             dev.handle_timeout(now);
             work = true;
+        }
+        if let Some(t) = tap.as_mut() {
+            return Self::poll_tapped(backend.as_mut(), dev, t.as_mut(), tap_out, tap_scratch, pcap, stats, now, ts, (*tx_budget, tx_blocked), work);
         }
         let mut sent = 0u32;
         // Frames held for a paused priority that may go now, oldest first.
@@ -407,6 +436,66 @@ impl Port {
         Ok(work)
     }
 
+    /// The transmit half of [`Port::poll`] with a tap: due frames from the tap, then the
+    /// engine's frames through it, all sent in the order the tap let them out.
+    #[allow(clippy::too_many_arguments)]
+    fn poll_tapped(
+        backend: &mut dyn Backend,
+        dev: &mut Device,
+        tap: &mut dyn Tap,
+        out: &mut VecDeque<Vec<u8>>,
+        scratch: &mut [u8],
+        pcap: &mut Option<CaptureFile>,
+        stats: &mut PortStats,
+        now: Instant,
+        ts: Duration,
+        (budget, blocked): (u32, &mut bool),
+        mut work: bool,
+    ) -> std::io::Result<bool> {
+        tap.poll(now, &mut |g: &[u8]| out.push_back(g.to_vec()), &mut |g: &[u8]| {
+            work = true;
+            if dev.handle_frame(now, g).is_err() {
+                stats.rx_dropped += 1;
+            }
+        });
+        while out.len() < budget as usize {
+            let Some(n) = dev.poll_transmit(now, scratch) else { break };
+            tap.on_tx(now, &scratch[..n], &mut |g: &[u8]| out.push_back(g.to_vec()));
+            work = true;
+        }
+        let mut sent = 0u32;
+        while sent < budget {
+            let Some(f) = out.pop_front() else { break };
+            let r = backend.send_with(&mut |buf: &mut [u8]| {
+                let b = buf.get_mut(..f.len())?;
+                b.copy_from_slice(&f);
+                if let Some(p) = pcap.as_mut() {
+                    let _ = p.write(ts, &f);
+                }
+                Some(f.len())
+            });
+            match r {
+                Ok(true) => sent += 1,
+                // longer than the backend's buffers: the tap made it, the wire cannot carry it
+                Ok(false) => tracing::warn!(len = f.len(), "tap frame longer than the backend's buffers: not sent"),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    out.push_front(f);
+                    stats.tx_full += 1;
+                    *blocked = true;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        stats.tx_frames += sent as u64;
+        link_down_ok(backend.flush(), stats)?;
+        work |= sent > 0;
+        if !work {
+            stats.idle_polls += 1;
+        }
+        Ok(work)
+    }
+
     /// The last [`Port::poll`] found the backend's transmit queue full (frames are waiting in
     /// the engine): do not sleep long.
     pub fn tx_blocked(&self) -> bool {
@@ -426,6 +515,12 @@ impl Port {
         }
         if let Some(r) = self.injector.as_ref().and_then(|i| i.next_release()) {
             t = t.min(r.saturating_duration_since(StdInstant::now()));
+        }
+        if let Some(d) = self.tap.as_ref().and_then(|tap| tap.next_wake()) {
+            t = t.min(Duration::from_nanos(d.as_nanos().saturating_sub(now.as_nanos())));
+        }
+        if !self.tap_out.is_empty() {
+            t = Duration::ZERO;
         }
         t
     }
