@@ -213,7 +213,15 @@ mod tests {
         }
         let f: Fault = "in:reorder3@m2.1".parse().unwrap();
         assert_eq!(f, Fault { dir: Dir::In, action: Action::Reorder(3), target: Target::Packet { msg: 2, pkt: 1 } });
-        for s in ["out:drop", "sideways:drop@m1.1", "out:drop@m0.1", "out:drop@m1", "out:ce@ack3", "out:reorder0@m1.1", "out:zap@m1.1"] {
+        for s in [
+            "out:drop",
+            "sideways:drop@m1.1",
+            "out:drop@m0.1",
+            "out:drop@m1",
+            "out:ce@ack3",
+            "out:reorder0@m1.1",
+            "out:zap@m1.1",
+        ] {
             assert!(s.parse::<Fault>().is_err(), "{s} parsed");
         }
     }

@@ -154,7 +154,8 @@ pub fn analyse(log: &ProbeLog) -> Report {
         };
         let t1 = times.iter().copied().find(|&t| t > t0).unwrap_or(u64::MAX);
         let hit = log.seen.iter().find(|s| s.fault == Some(i)).copied();
-        let window: Vec<Seen> = log.seen.iter().filter(|s| s.t_ns >= t0 && s.t_ns < t1 && s.fault != Some(i)).copied().collect();
+        let window: Vec<Seen> =
+            log.seen.iter().filter(|s| s.t_ns >= t0 && s.t_ns < t1 && s.fault != Some(i)).copied().collect();
         let row = match hit {
             Some(h) => judge(fault, &h, &window),
             None => Row {
@@ -211,7 +212,7 @@ fn requirement(f: &Fault, hit: Option<&Seen>) -> &'static str {
     let (end, read_req) = hit.and_then(data).map_or((false, false), |d| (d.3, d.4));
     match (f.dir, f.action, f.target) {
         (Dir::Out, Action::Ce, _) => "a CNP to the sender's QP (RoCEv2 annex A17, DCQCN's NP)",
-        (Dir::Out, Action::Dup, _) if read_req => "the duplicate READ re-executed, same bytes (§9.7.5.1.3)",
+        (Dir::Out, Action::Dup, _) if read_req => "the duplicate READ answered: re-executed from memory, same bytes (§9.7.5.1.3)",
         (Dir::Out, Action::Dup, _) => "duplicate not executed again, re-ACKed if it asks (§9.7.5.1.3, C9-105), no NAK",
         (Dir::Out, Action::Drop, Target::Ack { .. }) => {
             "resend from the oldest unACKed PSN after its ACK timeout (§9.7.6.1.3), unless a later ACK covers it (§9.7.5.1.2)"
@@ -259,16 +260,27 @@ fn judge(f: &Fault, h: &Seen, w: &[Seen]) -> Row {
             None => row(f, h, "no CNP".into(), None, false),
         },
         (Dir::Out, Action::Dup, _) if read_req => {
+            // Both copies leave back to back, so the original's response may not have started
+            // when the duplicate arrives: a responder may answer both (rxe re-executes) or
+            // restart the one response (uroce replaces a queued stream). Either way a whole
+            // response must follow.
             let n = w.iter().filter(peer).filter(|s| s.psn == p && data(s).is_some()).count();
             let first = w.iter().filter(peer).find(|s| s.psn == p && data(s).is_some());
-            row(f, h, format!("answered {n} time(s) (2 expected)"), first.map(|s| us(h, s)), n >= 2)
+            let whole =
+                first.is_some_and(|a| w.iter().filter(peer).any(|s| s.t_ns >= a.t_ns && data(s).is_some_and(|d| d.3)));
+            let what =
+                format!("answered {n} time(s){}", if whole { ", a whole response" } else { ", no whole response" });
+            row(f, h, what, first.map(|s| us(h, s)), whole)
         }
         (Dir::Out, Action::Dup, _) => {
             let naks = other_naks(w);
             let acks: Vec<&Seen> = w.iter().filter(peer).filter(|s| is_ack(s) && !s.psn.before(p)).collect();
             let ok = naks == 0 && (!end || acks.len() >= 2);
             let what = if naks > 0 {
-                format!("{naks} NAK(s): {}", w.iter().filter(peer).filter(|s| is_nak(s, None)).map(nak_text).collect::<Vec<_>>().join(", "))
+                format!(
+                    "{naks} NAK(s): {}",
+                    w.iter().filter(peer).filter(|s| is_nak(s, None)).map(nak_text).collect::<Vec<_>>().join(", ")
+                )
             } else if end {
                 format!("{} ACK(s) covering the PSN, no NAK", acks.len())
             } else {
@@ -313,9 +325,15 @@ fn judge(f: &Fault, h: &Seen, w: &[Seen]) -> Row {
         (Dir::Out, Action::Drop | Action::BadIcrc, _) if read_req || end => {
             let naks = other_naks(w);
             let retx = w.iter().filter(ours).find(|s| s.psn == p);
-            let ans = retx.and_then(|r| w.iter().filter(peer).find(|s| s.t_ns >= r.t_ns && s.psn == p || is_ack(s) && s.t_ns >= r.t_ns && !s.psn.before(p)));
+            let ans = retx.and_then(|r| {
+                w.iter()
+                    .filter(peer)
+                    .find(|s| s.t_ns >= r.t_ns && s.psn == p || is_ack(s) && s.t_ns >= r.t_ns && !s.psn.before(p))
+            });
             let what = match (naks, retx, ans) {
-                (0, Some(_), Some(a)) => format!("silent until our retransmission, then answered it (PSN {:#08x})", a.psn.value()),
+                (0, Some(_), Some(a)) => {
+                    format!("silent until our retransmission, then answered it (PSN {:#08x})", a.psn.value())
+                }
                 (0, Some(_), None) => "silent; our retransmission unanswered".into(),
                 (0, None, _) => "silent".into(),
                 (n, ..) => format!("{n} NAK(s)"),
@@ -384,7 +402,17 @@ mod tests {
     use super::*;
 
     fn seen(t_us: u64, dir: Dir, psn: u32, kind: SeenKind) -> Seen {
-        Seen { t_ns: t_us * 1000, dir, opcode: 0x0a, psn: Psn::new(psn), msn: 0, kind, hash: 7, fault: None, on_wire: true }
+        Seen {
+            t_ns: t_us * 1000,
+            dir,
+            opcode: 0x0a,
+            psn: Psn::new(psn),
+            msn: 0,
+            kind,
+            hash: 7,
+            fault: None,
+            on_wire: true,
+        }
     }
 
     fn d(msg: u32, pkt: u32, fresh: bool, end: bool) -> SeenKind {

@@ -143,7 +143,8 @@ fn other(d: Dir) -> Dir {
 impl ProbeTap {
     /// A tap applying `plan`; the log it fills.
     pub fn new(plan: Vec<Fault>) -> (ProbeTap, Arc<Mutex<ProbeLog>>) {
-        let log = Arc::new(Mutex::new(ProbeLog { plan: plan.clone(), seen: Vec::new(), fired: vec![None; plan.len()] }));
+        let log =
+            Arc::new(Mutex::new(ProbeLog { plan: plan.clone(), seen: Vec::new(), fired: vec![None; plan.len()] }));
         let tap = ProbeTap {
             fired: vec![false; plan.len()],
             plan,
@@ -193,9 +194,10 @@ impl ProbeTap {
                     read_request: info.operation == Operation::ReadRequest,
                 };
                 if fresh {
-                    let hit = self.plan.iter().enumerate().position(|(i, p)| {
-                        !self.fired[i] && p.dir == dir && p.target == Target::Packet { msg, pkt }
-                    });
+                    let hit =
+                        self.plan.iter().enumerate().position(|(i, p)| {
+                            !self.fired[i] && p.dir == dir && p.target == Target::Packet { msg, pkt }
+                        });
                     if let Some(i) = hit {
                         seen.fault = Some(i);
                         action = Some(self.plan[i].action);
@@ -296,7 +298,8 @@ impl ProbeTap {
             if let Ok(f) = uroce_wire::parse_frame(&h.frame) {
                 let psn = f.roce.bth.psn;
                 if let Ok(mut l) = self.log.lock() {
-                    if let Some(s) = l.seen.iter().rev().find(|s| s.dir == Dir::Out && s.psn == psn && !s.on_wire).copied()
+                    if let Some(s) =
+                        l.seen.iter().rev().find(|s| s.dir == Dir::Out && s.psn == psn && !s.on_wire).copied()
                     {
                         l.seen.push(Seen { t_ns: now.as_nanos(), on_wire: true, fault: None, ..s });
                     }

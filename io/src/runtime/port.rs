@@ -323,8 +323,9 @@ impl Port {
         let now = Instant::from_nanos(since.as_nanos() as u64);
         let wall = self.wall_epoch + since;
         let ts = wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-        let Port { backend, dev, pcap, injector, stats, tx_budget, tx_blocked, pause, tap, tap_out, tap_scratch, .. } =
-            self;
+        let Port {
+            backend, dev, pcap, injector, stats, tx_budget, tx_blocked, pause, tap, tap_out, tap_scratch, ..
+        } = self;
         *tx_blocked = false;
         let mut work = false;
         let deliver = |dev: &mut Device, stats: &mut PortStats, f: &[u8]| {
@@ -332,12 +333,11 @@ impl Port {
                 stats.rx_dropped += 1;
             }
         };
-        let to_engine = |dev: &mut Device, stats: &mut PortStats, tap: &mut Option<Box<dyn Tap>>, f: &[u8]| match tap
-            .as_mut()
-        {
-            Some(t) => t.on_rx(now, f, &mut |g: &[u8]| deliver(dev, stats, g)),
-            None => deliver(dev, stats, f),
-        };
+        let to_engine =
+            |dev: &mut Device, stats: &mut PortStats, tap: &mut Option<Box<dyn Tap>>, f: &[u8]| match tap.as_mut() {
+                Some(t) => t.on_rx(now, f, &mut |g: &[u8]| deliver(dev, stats, g)),
+                None => deliver(dev, stats, f),
+            };
         let n = backend.recv(64, &mut |f: &[u8]| {
             if let Some(p) = pcap.as_mut() {
                 let _ = p.write(ts, f);
@@ -364,7 +364,19 @@ impl Port {
             work = true;
         }
         if let Some(t) = tap.as_mut() {
-            return Self::poll_tapped(backend.as_mut(), dev, t.as_mut(), tap_out, tap_scratch, pcap, stats, now, ts, (*tx_budget, tx_blocked), work);
+            return Self::poll_tapped(
+                backend.as_mut(),
+                dev,
+                t.as_mut(),
+                tap_out,
+                tap_scratch,
+                pcap,
+                stats,
+                now,
+                ts,
+                (*tx_budget, tx_blocked),
+                work,
+            );
         }
         let mut sent = 0u32;
         // Frames held for a paused priority that may go now, oldest first.
