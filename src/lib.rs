@@ -9,6 +9,7 @@ pub use uroce_wire as wire;
 
 pub mod cli;
 pub mod flows;
+pub mod fuzz;
 pub mod netns;
 pub mod pcap;
 pub mod perf;

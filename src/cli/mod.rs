@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 mod demo_cmd;
+mod fuzz_cmd;
 pub mod limits;
 mod pcap_cmd;
 mod perf_cmd;
@@ -66,6 +67,11 @@ enum Command {
     /// reactions (NAK and retransmission latency and extent, READ re-execution, CNPs, payload
     /// integrity) beside what IBTA requires.
     Probe(probe_cmd::ProbeArgs),
+    /// Protocol fuzzing of a peer: a perftest run to the target's server with hostile frames
+    /// mixed into one QP's live flow (opcode-sequence violations, PSN jumps, pad and length
+    /// mismatches, wild RETHs, misaligned atomics, truncated and over-long frames, corrupt
+    /// headers with good and bad ICRCs, other QPNs), aimed at the PSN the peer expects.
+    Fuzz(fuzz_cmd::FuzzArgs),
     /// Two uroce instances and a perftest run between them: as root over AF_XDP between two
     /// fresh network namespaces joined by veth; otherwise over kernel UDP on loopback.
     Demo(demo_cmd::DemoArgs),
@@ -128,6 +134,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Command::Demo(a) => demo_cmd::run(&a),
         Command::Pingpong(a) => pingpong_cmd::run(&a),
         Command::Probe(a) => probe_cmd::run(&a),
+        Command::Fuzz(a) => fuzz_cmd::run(&a),
         Command::Verbs(a) => verbs_cmd::run(&a),
     }
 }

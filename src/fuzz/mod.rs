@@ -1,0 +1,177 @@
+//! `uroce fuzz`: a legitimate perftest connection to the target with hostile frames mixed in.
+//! A [`FuzzTap`] between uroce's engine and the wire lets every frame of the flow through and,
+//! after a seeded share of the requests of one QP, sends a [`mutate`]d copy of the request
+//! just sent — addresses, QPN, PSN and keys are the live connection's, and the expected PSN
+//! is the one the peer waits for, so mutations land in its window. What the peer answers
+//! (NAKs by kind) is counted. The same seed against the same flow makes the same frames.
+
+pub mod mutate;
+
+pub use mutate::{Kind, Rng};
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use uroce_io::capture::CaptureFile;
+use uroce_io::tap::Tap;
+use uroce_transport::Instant;
+use uroce_wire::{Operation, Psn, Syndrome, Transport};
+
+/// What to inject.
+#[derive(Clone, Debug)]
+pub struct FuzzConfig {
+    /// Seed of every choice.
+    pub seed: u64,
+    /// On average one hostile frame after every `every` requests of the fuzzed QP.
+    pub every: u32,
+    /// The kinds drawn from (uniformly).
+    pub kinds: Vec<Kind>,
+    /// At most this many hostile frames (then the flow runs on clean).
+    pub max: Option<u64>,
+    /// The share of hostile frames aimed at exactly the PSN the peer expects (an invalid one
+    /// ends the connection, as IBTA says); the others go just ahead of it (out of sequence)
+    /// or just behind it (duplicates), where the peer must survive them and the flow goes on.
+    pub in_window: f64,
+}
+
+/// One hostile frame sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Injected {
+    /// Ordinal (0-based).
+    pub n: u64,
+    /// When (the port's clock, ns).
+    pub t_ns: u64,
+    /// Its kind.
+    pub kind: Kind,
+    /// The PSN the mutation was aimed at (the peer's expected PSN, or near it).
+    pub expected: Psn,
+    /// Frame length.
+    pub len: usize,
+}
+
+/// What the tap did and saw.
+#[derive(Clone, Debug, Default)]
+pub struct FuzzLog {
+    /// Every hostile frame.
+    pub injected: Vec<Injected>,
+    /// Requests of the fuzzed QP that went through.
+    pub requests: u64,
+    /// The fuzzed QP (its destination QPN at the peer): the first one a request went to.
+    pub target_qp: Option<u32>,
+    /// Frames from the peer.
+    pub peer_frames: u64,
+    /// The peer's NAKs by kind.
+    pub peer_naks: BTreeMap<String, u64>,
+}
+
+impl FuzzLog {
+    /// Hostile frames per kind.
+    pub fn by_kind(&self) -> BTreeMap<&'static str, u64> {
+        let mut m = BTreeMap::new();
+        for i in &self.injected {
+            *m.entry(i.kind.name()).or_default() += 1;
+        }
+        m
+    }
+
+    /// One `uroce-fuzz:` summary line.
+    pub fn summary(&self, seed: u64) -> String {
+        let kinds: Vec<String> = self.by_kind().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let naks: Vec<String> = self.peer_naks.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!(
+            "uroce-fuzz: seed={seed} target_qp={} requests={} injected={} [{}] peer_frames={} peer_naks=[{}]",
+            self.target_qp.map_or("-".to_string(), |q| format!("{q:#08x}")),
+            self.requests,
+            self.injected.len(),
+            kinds.join(" "),
+            self.peer_frames,
+            naks.join(" ")
+        )
+    }
+}
+
+/// The tap; see the module docs.
+pub struct FuzzTap {
+    cfg: FuzzConfig,
+    rng: Rng,
+    log: Arc<Mutex<FuzzLog>>,
+    pcap: Option<CaptureFile>,
+    target: Option<u32>,
+    sent: u64,
+}
+
+impl FuzzTap {
+    /// A tap with `cfg`; every hostile frame also goes to `pcap` when given. The log it fills.
+    pub fn new(cfg: FuzzConfig, pcap: Option<&Path>) -> anyhow::Result<(FuzzTap, Arc<Mutex<FuzzLog>>)> {
+        anyhow::ensure!(cfg.every > 0 && !cfg.kinds.is_empty(), "fuzz: --every must be > 0 and some kind chosen");
+        let log = Arc::new(Mutex::new(FuzzLog::default()));
+        let pcap = pcap.map(CaptureFile::create).transpose()?;
+        let tap = FuzzTap { rng: Rng::new(cfg.seed), cfg, log: log.clone(), pcap, target: None, sent: 0 };
+        Ok((tap, log))
+    }
+}
+
+impl Tap for FuzzTap {
+    fn on_tx(&mut self, now: Instant, frame: &[u8], wire: &mut dyn FnMut(&[u8])) {
+        wire(frame);
+        let Ok(p) = uroce_wire::parse_frame(frame) else { return };
+        let bth = p.roce.bth;
+        let Some(info) = bth.opcode.info() else { return };
+        if info.transport != Transport::Rc || !info.is_request() {
+            return;
+        }
+        let qp = bth.dest_qp.value();
+        if *self.target.get_or_insert(qp) != qp {
+            return;
+        }
+        let Ok(mut log) = self.log.lock() else { return };
+        log.target_qp = self.target;
+        log.requests += 1;
+        if self.cfg.max.is_some_and(|m| self.sent >= m) || self.rng.below(u64::from(self.cfg.every)) != 0 {
+            return;
+        }
+        let kind = self.rng.pick(&self.cfg.kinds);
+        // the PSN after this request: a READ takes one per response packet, unknown here, so
+        // its next request's PSN is as good a guess as any; the others take one
+        let next = bth.psn.add(1);
+        let expected = if self.rng.chance(self.cfg.in_window) {
+            next
+        } else if self.rng.below(2) == 0 {
+            next.add(1 + self.rng.below(64) as u32)
+        } else {
+            next.sub(1 + self.rng.below(64) as u32)
+        };
+        let Some(f) = mutate::mutate(frame, expected, kind, &mut self.rng) else { return };
+        wire(&f);
+        if let Some(pc) = self.pcap.as_mut() {
+            let _ = pc.write(std::time::Duration::from_nanos(now.as_nanos()), &f);
+        }
+        log.injected.push(Injected { n: self.sent, t_ns: now.as_nanos(), kind, expected, len: f.len() });
+        self.sent += 1;
+    }
+
+    fn on_rx(&mut self, _now: Instant, frame: &[u8], engine: &mut dyn FnMut(&[u8])) {
+        engine(frame);
+        let Ok(p) = uroce_wire::parse_frame(frame) else { return };
+        let Ok(mut log) = self.log.lock() else { return };
+        log.peer_frames += 1;
+        let op = p.roce.bth.opcode.info().map(|i| i.operation);
+        if let (Some(Operation::Acknowledge), Some(a)) = (op, p.roce.ext.aeth) {
+            let k = match a.syndrome {
+                Syndrome::Ack(_) => return,
+                Syndrome::RnrNak(_) => "rnr".to_string(),
+                Syndrome::Nak(c) => format!("{c:?}"),
+                Syndrome::Reserved(v) => format!("reserved_{v:#x}"),
+            };
+            *log.peer_naks.entry(k).or_default() += 1;
+        }
+    }
+}
+
+impl Drop for FuzzTap {
+    fn drop(&mut self) {
+        if let Some(p) = self.pcap.as_mut() {
+            let _ = p.flush();
+        }
+    }
+}

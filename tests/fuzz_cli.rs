@@ -1,0 +1,110 @@
+//! `uroce fuzz` against uroce itself: rounds of a `uroce perf write_bw` server in one
+//! namespace and `uroce fuzz write_bw` in another, each from its own seed. Every round the
+//! target must survive: it exits by itself (no hang) without a panic or a signal, its engine
+//! counted the hostile frames with typed counters (each bad ICRC in `icrc_err`, frames for
+//! other QPs in `dropped_unknown_qp`, ...), and the fuzzer's own side exits 0. Then the same
+//! seed must make the same hostile frames again (a finding replays from its seed).
+//!
+//! Needs root and `ip`; skips loudly without them (fails with `CI=1`).
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use uroce::netns::{self, NetPair, PairConfig};
+
+const BIN: &str = env!("CARGO_BIN_EXE_uroce");
+
+fn prereq(test: &str) -> bool {
+    common::require(netns::is_root() && common::have("ip"), &format!("{test} needs root and `ip`"))
+}
+
+/// One round: (the fuzzer's summary line, the server's stderr, the fuzz.log).
+fn round(net: &NetPair, seed: u64, kinds: &str) -> (String, String, String) {
+    let mut s = Command::new("ip");
+    s.args(["netns", "exec", &net.a.ns, BIN, "perf", "write_bw", "-d", &net.a.ifname, "-s", "4096", "-n", "1000"])
+        .args(["--no-progress", "--counters"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let server = common::watch(s.spawn().expect("spawn server"));
+    let dir = std::env::temp_dir().join(format!("uroce-fuzz-cli-{seed}-{}", std::process::id()));
+    let (host, dir_s, seed_s) = (net.a.ip4.to_string(), dir.display().to_string(), seed.to_string());
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &net.b.ns, BIN, "fuzz", "write_bw", &host, "-d", &net.b.ifname, "-s", "4096"])
+        .args(["-n", "1000", "--no-progress", "--every", "8", "--fuzz-seed", &seed_s, "--out", &dir_s])
+        .args(if kinds.is_empty() { vec![] } else { vec!["--kinds", kinds] })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = common::finish(c.spawn().expect("spawn fuzz"), "uroce fuzz", Duration::from_secs(60));
+    let so = server.finish("the fuzzed uroce server (a hang is a finding)", Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let server_err = String::from_utf8_lossy(&so.stderr).to_string();
+    assert!(out.status.success(), "seed {seed}: uroce fuzz failed\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(so.status.code().is_some(), "seed {seed}: the server died of a signal: {:?}\n{server_err}", so.status);
+    assert!(!server_err.contains("panicked"), "seed {seed}: the server panicked\n{server_err}");
+    let log = std::fs::read_to_string(dir.join("fuzz.log")).expect("fuzz.log");
+    let summary = stdout.lines().find(|l| l.starts_with("uroce-fuzz:")).expect("summary").to_string();
+    let _ = std::fs::remove_dir_all(&dir);
+    (summary, server_err, log)
+}
+
+fn field(summary: &str, k: &str) -> u64 {
+    summary
+        .split(&format!("{k}="))
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn uroce_survives_a_fuzz_campaign() {
+    if !prereq("uroce_survives_a_fuzz_campaign") {
+        return;
+    }
+    let net = NetPair::create(&PairConfig { subnet: 125, ..PairConfig::new("fz", 1500) }).unwrap();
+    let mut total = 0;
+    for seed in 1..=6 {
+        let (summary, server, _) = round(&net, seed, "");
+        let injected = field(&summary, "injected");
+        assert!(injected > 0, "seed {seed}: nothing injected: {summary}");
+        total += injected;
+        // every bad ICRC was counted as one, by the engine that saw it
+        let bad_icrc = field(&summary, "bad_icrc");
+        let counted = common::counter(&server, "uroce-counters engine:", "icrc_err");
+        assert!(counted >= bad_icrc, "seed {seed}: {bad_icrc} bad ICRCs sent, {counted} counted\n{summary}\n{server}");
+        eprintln!("[fuzz] seed {seed}: {summary}");
+        eprintln!(
+            "[fuzz]   target: {}",
+            server.lines().find(|l| l.starts_with("uroce-counters engine:")).unwrap_or("")
+        );
+    }
+    assert!(total >= 30, "{total} hostile frames in all");
+    // frames for other QPs only: the flow survives, each one counted as for an unknown QP
+    let (summary, server, _) = round(&net, 9, "wrong_qp");
+    assert!(summary.ends_with("legit=completed"), "{summary}");
+    let n = field(&summary, "wrong_qp");
+    assert!(
+        n > 0 && common::counter(&server, "uroce-counters engine:", "dropped_unknown_qp") >= n,
+        "{summary}\n{server}"
+    );
+}
+
+#[test]
+fn a_seed_replays_the_same_hostile_frames() {
+    if !prereq("a_seed_replays_the_same_hostile_frames") {
+        return;
+    }
+    let net = NetPair::create(&PairConfig { subnet: 126, ..PairConfig::new("fr", 1500) }).unwrap();
+    // harmless kinds, so that both runs carry the whole flow and draw the same numbers
+    let kinds = "bad_icrc,wrong_qp";
+    let seq = |log: &str| -> Vec<String> {
+        log.lines().filter(|l| l.contains(" kind=")).map(|l| l.split_whitespace().nth(2).unwrap().to_string()).collect()
+    };
+    let (s1, _, l1) = round(&net, 77, kinds);
+    let (s2, _, l2) = round(&net, 77, kinds);
+    assert!(s1.ends_with("legit=completed") && s2.ends_with("legit=completed"), "{s1}\n{s2}");
+    assert_eq!(seq(&l1), seq(&l2), "the same seed drew other mutations");
+    assert_eq!(field(&s1, "injected"), field(&s2, "injected"));
+    let (_, _, l3) = round(&net, 78, kinds);
+    assert_ne!(seq(&l1), seq(&l3), "another seed drew the same mutations");
+}

@@ -1,0 +1,221 @@
+//! A short `uroce fuzz` campaign against the real Linux soft-RoCE driver (`rdma_rxe`, Debian
+//! trixie's 6.17 kernel) in a QEMU guest: one `ib_write_bw` connection per round, hostile
+//! frames mixed into its flow from a round's own seed, and after each round the detectors —
+//! the guest's kernel log (`BUG`, `WARNING`, `Oops`, `general protection`, `KASAN`,
+//! `refcount_t`, `hung task`, `soft lockup`), whether the guest still answers on its console,
+//! whether its perftest exited, and rxe's counters. A round with a finding keeps its record
+//! (`injected.pcap`, `wire.pcap`, `fuzz.log`, the kernel lines) and replays with one command
+//! (`uroce fuzz write_bw <guest> --fuzz-seed S ...`); a dead guest is booted again and the
+//! campaign goes on. Finally a clean run must still complete: rxe survived the campaign.
+//!
+//! uroce's own side must never fail: `uroce fuzz` exits 0 every round (the connection it
+//! carries may end: a QP that received an invalid request goes to ERR, as IBTA says).
+//! Findings in rxe are reported, not failures of this test. Knobs: `UROCE_FUZZ_ROUNDS` (10),
+//! `UROCE_FUZZ_EVERY` (16), `UROCE_IX_REPORT=F` appends the campaign table to F.
+//!
+//! Needs root, QEMU and the guest images (`rxe-compat/interop/`); skips with a printed reason,
+//! or fails under `CI=1`.
+
+#[path = "common/ix.rs"]
+mod ix;
+
+use ix::Proc;
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+use uroce::netns::BridgePort;
+use uroce_rxe_compat::harness::{self, require_or_skip, Flavour, Guest, GuestSpec, Lab};
+
+const GUEST_V4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 41);
+const UROCE_V4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 8);
+const UROCE_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x77, 0x00, 0x08];
+const RUN_LIMIT: u64 = 90;
+const HW_COUNTERS: &str = "/sys/class/infiniband/rxe0/ports/1/hw_counters";
+/// Kernel log lines that are findings.
+const SPLATS: &str = "BUG|WARNING|Oops|general protection|KASAN|refcount_t|hung task|soft lockup|Call Trace";
+
+fn env_u64(k: &str, d: u64) -> u64 {
+    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
+}
+
+fn boot(lab: &Lab, flavour: Flavour, n: u32) -> Guest {
+    let spec = GuestSpec::new(flavour)
+        .name(&format!("fz-{flavour}-{n}"))
+        .addr(&format!("{GUEST_V4}/24"))
+        .hold()
+        .timeout(Duration::from_secs(3600));
+    let g = lab.boot(spec).expect("boot");
+    g.wait_ready(Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
+    g
+}
+
+/// Runs `cmd` on the console; `None` when the guest does not answer (dead, hung).
+fn console(g: &Guest, cmd: &str, t: u64) -> Option<(i32, String)> {
+    g.console_run(cmd, Duration::from_secs(t)).ok()
+}
+
+#[test]
+fn trixie_fuzz_campaign() {
+    let flavour = Flavour::Trixie;
+    let test = format!("interop_fuzz::{flavour}_fuzz_campaign");
+    if !require_or_skip(&test, &[flavour], false) {
+        return;
+    }
+    let rounds = env_u64("UROCE_FUZZ_ROUNDS", 10);
+    let every = env_u64("UROCE_FUZZ_EVERY", 16).to_string();
+    let t0 = Instant::now();
+    let lab = Lab::new(&test).expect("lab");
+    let mut boots = 0;
+    let mut guest = boot(&lab, flavour, boots);
+    let ns = format!("{}-f{}", lab.netns(), &flavour.as_str()[..1]);
+    #[rustfmt::skip]
+    let port = BridgePort::attach(lab.netns(), harness::BRIDGE, &ns, "eth0", (UROCE_V4, 24), None, 1500, UROCE_MAC)
+        .expect("attach uroce's namespace to the lab bridge");
+    eprintln!("[fuzz] {flavour} guest ready ({:?} with the lab)", t0.elapsed());
+    let dir = std::env::temp_dir().join(format!("uroce-fuzz-{flavour}-{}", std::process::id()));
+    let mut table = String::from("| round | seed | injected (by kind) | rxe's NAKs | legitimate flow | rxe counters | finding |\n|---|---|---|---|---|---|---|\n");
+    let mut findings = Vec::new();
+    let mut total_injected = 0u64;
+    let perftest = "ib_write_bw -d rxe0 -x 1 -F -m 1024 -s 4096 -n 400";
+    for round in 0..rounds {
+        let seed = 0xf022 + round;
+        let counters =
+            |g: &Guest| console(g, &format!("(cd {HW_COUNTERS} && grep . *)"), 30).map(|o| ix::rxe_counters(&o.1));
+        let before = counters(&guest).unwrap_or_default();
+        let start = format!(
+            "dmesg -C; rm -f /tmp/s.out /tmp/s.rc; (timeout {RUN_LIMIT} {perftest} > /tmp/s.out 2>&1; echo $? > /tmp/s.rc) & true"
+        );
+        assert_eq!(console(&guest, &start, 30).map(|o| o.0), Some(0), "start the guest's server");
+        assert_eq!(console(&guest, ix::GUEST_WAIT_LISTEN, 60).map(|o| o.0), Some(0), "ib_write_bw is not listening");
+        let out = dir.join(format!("round-{round}"));
+        let out_s = out.display().to_string();
+        let seed_s = seed.to_string();
+        let argv = [
+            ix::BIN,
+            "fuzz",
+            "write_bw",
+            &GUEST_V4.to_string(),
+            "-d",
+            "eth0",
+            "-m",
+            "1024",
+            "-s",
+            "4096",
+            "-n",
+            "400",
+            "-u",
+            "18",
+            "--no-progress",
+            "--fuzz-seed",
+            &seed_s,
+            "--every",
+            &every,
+            "--out",
+            &out_s,
+        ];
+        let done = Proc::spawn_in(&port.ns, &argv).wait(Duration::from_secs(RUN_LIMIT + 30));
+        assert!(done.ok(), "round {round}: uroce fuzz itself failed (uroce must not)\n{}", done.text());
+        let summary = done.stdout.lines().find(|l| l.starts_with("uroce-fuzz:")).unwrap_or("").to_string();
+        let field = |k: &str| {
+            summary.split(&format!("{k}=")).nth(1).map(|s| s.split_whitespace().next().unwrap_or("").to_string())
+        };
+        let injected: u64 = field("injected").and_then(|v| v.parse().ok()).unwrap_or(0);
+        total_injected += injected;
+        let kinds = summary.split('[').nth(1).and_then(|s| s.split(']').next()).unwrap_or("").to_string();
+        let naks = summary.split("peer_naks=[").nth(1).and_then(|s| s.split(']').next()).unwrap_or("").to_string();
+        let legit = summary.split("legit=").nth(1).unwrap_or("?").to_string();
+        // the detectors: the kernel log, the console, the stock side's exit
+        let collect = "i=0; while [ ! -s /tmp/s.rc ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; \
+                       echo \"==R\"\"C==$(cat /tmp/s.rc 2>/dev/null)\"";
+        let finding = match console(&guest, collect, RUN_LIMIT + 40) {
+            None => Some("the guest stopped answering its console".to_string()),
+            Some((_, text)) => {
+                // between markers: the console also carries the shell's job notices
+                let cmd = format!("dmesg | grep -E '{SPLATS}' | head -n 20 > /tmp/k; echo \"==K\"\"0==\"; cat /tmp/k; echo \"==K\"\"1==\"");
+                let splat = console(&guest, &cmd, 30)
+                    .map(|o| {
+                        o.1.split("==K0==").nth(1).and_then(|s| s.split("==K1==").next()).unwrap_or("").to_string()
+                    })
+                    .unwrap_or_else(|| "(no answer to dmesg)".to_string());
+                if !splat.trim().is_empty() {
+                    Some(format!("kernel: {}", splat.trim()))
+                } else if !text.contains("==RC==") || text.contains("==RC==124") {
+                    Some("the stock ib_write_bw did not exit (hang)".to_string())
+                } else {
+                    None
+                }
+            }
+        };
+        let after = counters(&guest).unwrap_or_default();
+        let delta = ix::kv(&ix::delta(&after, &before));
+        let _ = writeln!(
+            table,
+            "| {round} | {seed} | {injected} ({kinds}) | {naks} | {} | {delta} | {} |",
+            legit.chars().take(90).collect::<String>(),
+            finding.as_deref().unwrap_or("none")
+        );
+        eprintln!("[fuzz] round {round} seed {seed}: {summary}\n[fuzz]   rxe counters: {delta}; finding: {finding:?}");
+        if let Some(f) = finding {
+            let replay = format!("uroce fuzz write_bw {GUEST_V4} -d eth0 -m 1024 -s 4096 -n 400 -u 18 --fuzz-seed {seed} --every {every}");
+            findings.push(format!(
+                "round {round}: {f}\n  replay (against `{perftest}` on the guest): {replay}\n  record: {out_s}"
+            ));
+            if console(&guest, "echo alive", 30).is_none() {
+                guest.kill();
+                boots += 1;
+                guest = boot(&lab, flavour, boots);
+                eprintln!("[fuzz] guest booted again after round {round}");
+            }
+        } else {
+            let _ = std::fs::remove_dir_all(&out);
+        }
+    }
+    // liveness: a clean connection after the campaign
+    let start =
+        format!("rm -f /tmp/s.rc; (timeout {RUN_LIMIT} {perftest} > /tmp/s.out 2>&1; echo $? > /tmp/s.rc) & true");
+    assert_eq!(console(&guest, &start, 30).map(|o| o.0), Some(0));
+    assert_eq!(console(&guest, ix::GUEST_WAIT_LISTEN, 60).map(|o| o.0), Some(0));
+    let argv = [
+        ix::BIN,
+        "perf",
+        "write_bw",
+        &GUEST_V4.to_string(),
+        "-d",
+        "eth0",
+        "-m",
+        "1024",
+        "-s",
+        "4096",
+        "-n",
+        "400",
+        "-u",
+        "18",
+        "--no-progress",
+    ];
+    let clean = Proc::spawn_in(&port.ns, &argv).wait(Duration::from_secs(RUN_LIMIT));
+    assert!(clean.ok(), "rxe after the campaign: a clean run failed\n{}", clean.text());
+    assert!(total_injected >= rounds * 3, "the campaign injected only {total_injected} frames:\n{table}");
+    eprintln!(
+        "[fuzz] {flavour}: {rounds} rounds, {total_injected} hostile frames, {} findings, {boots} reboots, {:?}\n{table}",
+        findings.len(),
+        t0.elapsed()
+    );
+    for f in &findings {
+        eprintln!("[fuzz] FINDING {f}");
+    }
+    if let Some(f) = std::env::var_os("UROCE_IX_REPORT").filter(|v| !v.is_empty()) {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(f).expect("report file");
+        let _ = writeln!(
+            f,
+            "\n### uroce fuzz against rxe ({flavour}): {rounds} rounds\n\n{table}\nfindings: {}\n",
+            findings.len()
+        );
+        for x in &findings {
+            let _ = writeln!(f, "- {x}");
+        }
+    }
+    if findings.is_empty() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
