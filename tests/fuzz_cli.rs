@@ -108,3 +108,59 @@ fn a_seed_replays_the_same_hostile_frames() {
     let (_, _, l3) = round(&net, 78, kinds);
     assert_ne!(seq(&l1), seq(&l3), "another seed drew the same mutations");
 }
+
+#[test]
+fn a_finding_minimises_to_the_frame_that_kills_the_qp_and_replays_with_one_command() {
+    if !prereq("a_finding_minimises_to_the_frame_that_kills_the_qp_and_replays_with_one_command") {
+        return;
+    }
+    let net = NetPair::create(&PairConfig { subnet: 127, ..PairConfig::new("fm", 1500) }).unwrap();
+    let dir = std::env::temp_dir().join(format!("uroce-fuzz-min-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let pidfile = dir.with_extension("pid");
+    // before each replay: the previous server gone, a fresh one started
+    let before = format!(
+        "p={pid}; [ -f $p ] && while kill -0 $(cat $p) 2>/dev/null; do sleep 0.05; done; \
+         ip netns exec {ns} {BIN} perf write_bw -d {ifname} -s 4096 -n 1000 --no-progress >/dev/null 2>&1 & echo $! > $p",
+        pid = pidfile.display(),
+        ns = net.a.ns,
+        ifname = net.a.ifname
+    );
+    // the "finding": the legitimate flow ended (a hostile frame at the expected PSN was invalid)
+    let check = r#"grep -q "legit=failed" "$UROCE_REPLAY_DIR/fuzz.log""#;
+    let sh = |cmd: &str| assert!(Command::new("sh").args(["-c", cmd]).status().unwrap().success(), "{cmd}");
+    sh(&before);
+    let (host, dir_s) = (net.a.ip4.to_string(), dir.display().to_string());
+    let rec = Command::new("ip")
+        .args(["netns", "exec", &net.b.ns, BIN, "fuzz", "write_bw", &host, "-d", &net.b.ifname, "-s", "4096"])
+        .args(["-n", "1000", "--no-progress", "--every", "4", "--fuzz-seed", "5", "--out", &dir_s])
+        .output()
+        .unwrap();
+    let summary = String::from_utf8_lossy(&rec.stdout).to_string();
+    assert!(summary.contains("legit=failed"), "the recorded run should have ended the flow: {summary}");
+    let recorded = field(&summary, "injected");
+    let replay = |extra: &[&str]| {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &net.b.ns, BIN, "replay", &dir_s, "--before", &before, "--check", check])
+            .args(extra)
+            .output()
+            .unwrap();
+        (o.status, String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr))
+    };
+    let (st, out) = replay(&["--minimise"]);
+    assert!(st.success(), "{out}");
+    let line = out.lines().find(|l| l.starts_with("uroce-replay: minimal")).unwrap_or_else(|| panic!("{out}"));
+    let k: usize = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(k >= 1 && k <= 2 && (k as u64) < recorded, "{recorded} hostile frames minimised to {k}: {line}");
+    let list = std::fs::read_to_string(dir.join("minimal")).unwrap().trim().to_string();
+    eprintln!("[fuzz] {recorded} hostile frames minimised to {k} ({list}): {line}");
+    // the one command reproduces it, sending only those frames
+    let (st, out) = replay(&["--only", &list]);
+    assert!(st.success() && out.contains("uroce-replay: reproduced"), "{out}");
+    let tag = list.replace(',', "_");
+    let log = std::fs::read_to_string(dir.join(format!("replay-{tag}")).join("fuzz.log")).unwrap();
+    assert_eq!(log.lines().filter(|l| l.contains(" kind=")).count(), k, "{log}");
+    sh(&format!("p={}; while kill -0 $(cat $p) 2>/dev/null; do sleep 0.05; done", pidfile.display()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&pidfile);
+}

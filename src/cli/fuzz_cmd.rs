@@ -32,11 +32,19 @@ pub struct FuzzArgs {
     /// others land just ahead of it or just behind it (duplicates).
     #[arg(long, default_value_t = 0.25)]
     in_window: f64,
+    /// Send only the hostile frames with these ordinals (as numbered in `fuzz.log`); the
+    /// others are drawn the same way and not sent. What a minimised finding replays.
+    #[arg(long, value_delimiter = ',')]
+    only: Option<Vec<u64>>,
     /// Write `injected.pcap` (the hostile frames), `wire.pcap` (everything uroce's port moved)
     /// and `fuzz.log` (one line per hostile frame, then the summary) here.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 }
+
+/// Files of a fuzz run's directory: its arguments (one per line) and its target.
+const ARGV: &str = "argv";
+const TARGET: &str = "target";
 
 fn kinds(names: &[String]) -> Result<Vec<Kind>> {
     if names.is_empty() {
@@ -62,11 +70,22 @@ pub fn run(a: &FuzzArgs) -> Result<ExitCode> {
     if !(0.0..=1.0).contains(&a.in_window) {
         bail!("--in-window must be between 0 and 1");
     }
-    let fc =
-        FuzzConfig { seed: a.fuzz_seed, every: a.every, kinds: kinds(&a.kinds)?, max: a.max, in_window: a.in_window };
+    let fc = FuzzConfig {
+        seed: a.fuzz_seed,
+        every: a.every,
+        kinds: kinds(&a.kinds)?,
+        max: a.max,
+        in_window: a.in_window,
+        only: a.only.as_ref().map(|v| v.iter().copied().collect()),
+    };
+    let host = cfg.host.clone().unwrap_or_default();
     let injected = match &a.out {
         Some(d) => {
             std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
+            // what `uroce replay DIR` runs again: these arguments, this target
+            let argv: Vec<String> = std::env::args().skip(1).collect();
+            std::fs::write(d.join(ARGV), argv.join("\n") + "\n").with_context(|| format!("write {}", d.display()))?;
+            std::fs::write(d.join(TARGET), format!("{host}\n")).with_context(|| format!("write {}", d.display()))?;
             if cfg.pcap.is_none() {
                 cfg.pcap = Some(d.join("wire.pcap"));
             }
@@ -84,7 +103,7 @@ pub fn run(a: &FuzzArgs) -> Result<ExitCode> {
     let summary = format!("{} {legit}", log.summary(a.fuzz_seed));
     println!("{summary}");
     if let Some(d) = &a.out {
-        let mut text = String::new();
+        let mut text = format!("# replay: uroce replay {}\n", d.display());
         for i in &log.injected {
             let _ = writeln!(
                 text,
@@ -101,5 +120,126 @@ pub fn run(a: &FuzzArgs) -> Result<ExitCode> {
     }
     // A QP the target moved to ERR for an invalid request is IBTA's rule, not a failure of
     // the run: the campaign goes on with a new connection.
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `uroce replay`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct ReplayArgs {
+    /// A `uroce fuzz --out` directory (a finding's record).
+    dir: PathBuf,
+    /// Aim at another target than the recorded one.
+    #[arg(long)]
+    target: Option<String>,
+    /// Send only these hostile frames (ordinals of the recorded run).
+    #[arg(long, value_delimiter = ',', conflicts_with = "minimise")]
+    only: Option<Vec<u64>>,
+    /// Delta-debug the hostile frames down to a minimal set that still reproduces the
+    /// finding, as `--check` judges it; needs `--check`.
+    #[arg(long, requires = "check")]
+    minimise: bool,
+    /// Shell command run before each replay (e.g. start the target's perftest server).
+    #[arg(long, value_name = "CMD")]
+    before: Option<String>,
+    /// Shell command run after each replay; exit 0 means the finding reproduced. It sees
+    /// `UROCE_REPLAY_DIR`, the replay's own record (its `fuzz.log` ends with the summary).
+    #[arg(long, value_name = "CMD")]
+    check: Option<String>,
+}
+
+fn shell(cmd: &str, dir: &std::path::Path) -> Result<bool> {
+    let st = std::process::Command::new("sh")
+        .args(["-c", cmd])
+        .env("UROCE_REPLAY_DIR", dir)
+        .status()
+        .with_context(|| format!("run `{cmd}`"))?;
+    Ok(st.success())
+}
+
+/// One replay of the run recorded in `a.dir` into `out`, sending `only` (all when `None`);
+/// whether `--check` says it reproduced (true without `--check`).
+fn replay_once(a: &ReplayArgs, out: &std::path::Path, only: Option<&[u64]>) -> Result<bool> {
+    let argv = std::fs::read_to_string(a.dir.join(ARGV))
+        .with_context(|| format!("{} is not a uroce fuzz record", a.dir.display()))?;
+    let host = std::fs::read_to_string(a.dir.join(TARGET)).unwrap_or_default().trim().to_string();
+    let mut args: Vec<String> = Vec::new();
+    let mut it = argv.lines().map(str::to_string);
+    let mut replaced = false;
+    while let Some(x) = it.next() {
+        if x == "--out" || x == "--only" {
+            it.next();
+            continue;
+        }
+        if x.starts_with("--out=") || x.starts_with("--only=") {
+            continue;
+        }
+        match &a.target {
+            Some(t) if x == host && !replaced => {
+                replaced = true;
+                args.push(t.clone());
+            }
+            _ => args.push(x),
+        }
+    }
+    args.push("--out".into());
+    args.push(out.display().to_string());
+    if let Some(o) = only {
+        args.push("--only".into());
+        args.push(o.iter().map(u64::to_string).collect::<Vec<_>>().join(","));
+    }
+    if let Some(b) = &a.before {
+        shell(b, out)?;
+    }
+    let exe = std::env::current_exe().context("this program's path")?;
+    let st = std::process::Command::new(exe).args(&args).status().context("run the replay")?;
+    if !st.success() {
+        bail!("the replay `uroce {}` failed: {st}", args.join(" "));
+    }
+    match &a.check {
+        Some(c) => shell(c, out),
+        None => Ok(true),
+    }
+}
+
+/// `uroce replay`.
+pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
+    let out = |tag: &str| a.dir.join(format!("replay-{tag}"));
+    if !a.minimise {
+        let tag =
+            a.only.as_ref().map_or("all".to_string(), |o| o.iter().map(u64::to_string).collect::<Vec<_>>().join("_"));
+        let ok = replay_once(a, &out(&tag), a.only.as_deref())?;
+        println!("uroce-replay: {} ({})", if ok { "reproduced" } else { "not reproduced" }, out(&tag).display());
+        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
+    let first = out("all");
+    if !replay_once(a, &first, None)? {
+        bail!("the recorded run does not reproduce the finding (see {})", first.display());
+    }
+    let log = std::fs::read_to_string(first.join("fuzz.log")).context("the replay's fuzz.log")?;
+    let sent: Vec<u64> = log.lines().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
+    let mut tries = 0u32;
+    let mut err = None;
+    let minimal = crate::fuzz::ddmin(sent.clone(), |s| {
+        tries += 1;
+        let tag = format!("try{tries}");
+        match replay_once(a, &out(&tag), Some(s)) {
+            Ok(r) => r,
+            Err(e) => {
+                err.get_or_insert(e);
+                false
+            }
+        }
+    });
+    if let Some(e) = err {
+        return Err(e.context("a replay while minimising"));
+    }
+    let list = minimal.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    std::fs::write(a.dir.join("minimal"), format!("{list}\n")).context("write minimal")?;
+    println!(
+        "uroce-replay: minimal {} of {} hostile frames after {tries} replays: {list}\nreplay it: uroce replay {} --only {list}",
+        minimal.len(),
+        sent.len(),
+        a.dir.display()
+    );
     Ok(ExitCode::SUCCESS)
 }

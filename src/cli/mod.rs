@@ -72,6 +72,10 @@ enum Command {
     /// mismatches, wild RETHs, misaligned atomics, truncated and over-long frames, corrupt
     /// headers with good and bad ICRCs, other QPNs), aimed at the PSN the peer expects.
     Fuzz(fuzz_cmd::FuzzArgs),
+    /// Run a `uroce fuzz --out DIR` record again (`--only` some of its hostile frames), or
+    /// minimise it (`--minimise --check CMD`): delta debugging down to the frames that still
+    /// reproduce the finding.
+    Replay(fuzz_cmd::ReplayArgs),
     /// Two uroce instances and a perftest run between them: as root over AF_XDP between two
     /// fresh network namespaces joined by veth; otherwise over kernel UDP on loopback.
     Demo(demo_cmd::DemoArgs),
@@ -135,6 +139,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Command::Pingpong(a) => pingpong_cmd::run(&a),
         Command::Probe(a) => probe_cmd::run(&a),
         Command::Fuzz(a) => fuzz_cmd::run(&a),
+        Command::Replay(a) => fuzz_cmd::replay(&a),
         Command::Verbs(a) => verbs_cmd::run(&a),
     }
 }

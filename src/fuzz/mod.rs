@@ -32,12 +32,15 @@ pub struct FuzzConfig {
     /// ends the connection, as IBTA says); the others go just ahead of it (out of sequence)
     /// or just behind it (duplicates), where the peer must survive them and the flow goes on.
     pub in_window: f64,
+    /// Send only the hostile frames with these ordinals (the others are drawn the same way
+    /// and not sent): a minimised finding's replay.
+    pub only: Option<std::collections::BTreeSet<u64>>,
 }
 
 /// One hostile frame sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Injected {
-    /// Ordinal (0-based).
+    /// Ordinal among the hostile frames drawn (0-based): what `--only` names.
     pub n: u64,
     /// When (the port's clock, ns).
     pub t_ns: u64,
@@ -52,8 +55,10 @@ pub struct Injected {
 /// What the tap did and saw.
 #[derive(Clone, Debug, Default)]
 pub struct FuzzLog {
-    /// Every hostile frame.
+    /// Every hostile frame sent.
     pub injected: Vec<Injected>,
+    /// Hostile frames drawn (sent or, outside [`FuzzConfig::only`], not).
+    pub drawn: u64,
     /// Requests of the fuzzed QP that went through.
     pub requests: u64,
     /// The fuzzed QP (its destination QPN at the peer): the first one a request went to.
@@ -90,6 +95,42 @@ impl FuzzLog {
     }
 }
 
+/// Zeller's delta debugging (ddmin): a 1-minimal subset of `items` for which `reproduces`
+/// holds (it must hold for `items`). Each call of `reproduces` is one replay.
+pub fn ddmin(mut items: Vec<u64>, mut reproduces: impl FnMut(&[u64]) -> bool) -> Vec<u64> {
+    let mut n = 2usize;
+    while items.len() >= 2 {
+        let size = items.len().div_ceil(n);
+        let chunks: Vec<Vec<u64>> = items.chunks(size).map(<[u64]>::to_vec).collect();
+        let mut next = None;
+        for c in &chunks {
+            if reproduces(c) {
+                next = Some((c.clone(), 2));
+                break;
+            }
+        }
+        if next.is_none() && chunks.len() > 2 {
+            for i in 0..chunks.len() {
+                let rest: Vec<u64> =
+                    chunks.iter().enumerate().filter(|(j, _)| *j != i).flat_map(|(_, c)| c.clone()).collect();
+                if reproduces(&rest) {
+                    next = Some((rest, (n - 1).max(2)));
+                    break;
+                }
+            }
+        }
+        match next {
+            Some((sub, k)) => {
+                items = sub;
+                n = k;
+            }
+            None if n >= items.len() => break,
+            None => n = (2 * n).min(items.len()),
+        }
+    }
+    items
+}
+
 /// The tap; see the module docs.
 pub struct FuzzTap {
     cfg: FuzzConfig,
@@ -97,7 +138,10 @@ pub struct FuzzTap {
     log: Arc<Mutex<FuzzLog>>,
     pcap: Option<CaptureFile>,
     target: Option<u32>,
-    sent: u64,
+    /// The highest request PSN passed: only first transmissions draw, so that a replay whose
+    /// flow retransmits differently still draws the same frames for the same PSNs.
+    highest: Option<Psn>,
+    drawn: u64,
 }
 
 impl FuzzTap {
@@ -106,7 +150,8 @@ impl FuzzTap {
         anyhow::ensure!(cfg.every > 0 && !cfg.kinds.is_empty(), "fuzz: --every must be > 0 and some kind chosen");
         let log = Arc::new(Mutex::new(FuzzLog::default()));
         let pcap = pcap.map(CaptureFile::create).transpose()?;
-        let tap = FuzzTap { rng: Rng::new(cfg.seed), cfg, log: log.clone(), pcap, target: None, sent: 0 };
+        let tap =
+            FuzzTap { rng: Rng::new(cfg.seed), cfg, log: log.clone(), pcap, target: None, highest: None, drawn: 0 };
         Ok((tap, log))
     }
 }
@@ -124,10 +169,14 @@ impl Tap for FuzzTap {
         if *self.target.get_or_insert(qp) != qp {
             return;
         }
+        if self.highest.is_some_and(|h| !bth.psn.after(h)) {
+            return;
+        }
+        self.highest = Some(bth.psn);
         let Ok(mut log) = self.log.lock() else { return };
         log.target_qp = self.target;
         log.requests += 1;
-        if self.cfg.max.is_some_and(|m| self.sent >= m) || self.rng.below(u64::from(self.cfg.every)) != 0 {
+        if self.cfg.max.is_some_and(|m| self.drawn >= m) || self.rng.below(u64::from(self.cfg.every)) != 0 {
             return;
         }
         let kind = self.rng.pick(&self.cfg.kinds);
@@ -142,12 +191,17 @@ impl Tap for FuzzTap {
             next.sub(1 + self.rng.below(64) as u32)
         };
         let Some(f) = mutate::mutate(frame, expected, kind, &mut self.rng) else { return };
+        let n = self.drawn;
+        self.drawn += 1;
+        log.drawn = self.drawn;
+        if self.cfg.only.as_ref().is_some_and(|o| !o.contains(&n)) {
+            return;
+        }
         wire(&f);
         if let Some(pc) = self.pcap.as_mut() {
             let _ = pc.write(std::time::Duration::from_nanos(now.as_nanos()), &f);
         }
-        log.injected.push(Injected { n: self.sent, t_ns: now.as_nanos(), kind, expected, len: f.len() });
-        self.sent += 1;
+        log.injected.push(Injected { n, t_ns: now.as_nanos(), kind, expected, len: f.len() });
     }
 
     fn on_rx(&mut self, _now: Instant, frame: &[u8], engine: &mut dyn FnMut(&[u8])) {
@@ -173,5 +227,26 @@ impl Drop for FuzzTap {
         if let Some(p) = self.pcap.as_mut() {
             let _ = p.flush();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ddmin;
+
+    #[test]
+    fn ddmin_finds_the_frames_that_matter() {
+        let all: Vec<u64> = (0..40).collect();
+        let mut calls = 0;
+        // the finding needs frames 7 and 31 together
+        let m = ddmin(all.clone(), |s| {
+            calls += 1;
+            s.contains(&7) && s.contains(&31)
+        });
+        assert_eq!(m, vec![7, 31]);
+        assert!(calls < 60, "{calls} replays");
+        assert_eq!(ddmin(all.clone(), |s| s.contains(&12)), vec![12]);
+        // a finding that needs everything stays whole
+        assert_eq!(ddmin(vec![1, 2, 3], |s| s.len() == 3), vec![1, 2, 3]);
     }
 }
