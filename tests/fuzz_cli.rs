@@ -151,7 +151,7 @@ fn a_finding_minimises_to_the_frame_that_kills_the_qp_and_replays_with_one_comma
     assert!(st.success(), "{out}");
     let line = out.lines().find(|l| l.starts_with("uroce-replay: minimal")).unwrap_or_else(|| panic!("{out}"));
     let k: usize = line.split_whitespace().nth(2).unwrap().parse().unwrap();
-    assert!(k >= 1 && k <= 2 && (k as u64) < recorded, "{recorded} hostile frames minimised to {k}: {line}");
+    assert!((1..=2).contains(&k) && (k as u64) < recorded, "{recorded} hostile frames minimised to {k}: {line}");
     let list = std::fs::read_to_string(dir.join("minimal")).unwrap().trim().to_string();
     eprintln!("[fuzz] {recorded} hostile frames minimised to {k} ({list}): {line}");
     // the one command reproduces it, sending only those frames
