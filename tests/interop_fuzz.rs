@@ -11,7 +11,8 @@
 //! uroce's own side must never fail: `uroce fuzz` exits 0 every round (the connection it
 //! carries may end: a QP that received an invalid request goes to ERR, as IBTA says).
 //! Findings in rxe are reported, not failures of this test. Knobs: `UROCE_FUZZ_ROUNDS` (10),
-//! `UROCE_FUZZ_EVERY` (16), `UROCE_IX_REPORT=F` appends the campaign table to F.
+//! `UROCE_FUZZ_EVERY` (16), `UROCE_FUZZ_FLAVOUR=bookworm` (the 6.1 guest instead),
+//! `UROCE_IX_REPORT=F` appends the campaign table to F.
 //!
 //! Needs root, QEMU and the guest images (`rxe-compat/interop/`); skips with a printed reason,
 //! or fails under `CI=1`.
@@ -56,7 +57,10 @@ fn console(g: &Guest, cmd: &str, t: u64) -> Option<(i32, String)> {
 
 #[test]
 fn trixie_fuzz_campaign() {
-    let flavour = Flavour::Trixie;
+    let flavour = match std::env::var("UROCE_FUZZ_FLAVOUR").as_deref() {
+        Ok("bookworm") => Flavour::Bookworm,
+        _ => Flavour::Trixie,
+    };
     let test = format!("interop_fuzz::{flavour}_fuzz_campaign");
     if !require_or_skip(&test, &[flavour], false) {
         return;
