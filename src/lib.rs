@@ -7,6 +7,7 @@
 
 pub use uroce_wire as wire;
 
+pub mod attack;
 pub mod cli;
 pub mod flows;
 pub mod fuzz;

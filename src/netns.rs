@@ -199,6 +199,45 @@ impl NetPair {
         Ok((drops, dups))
     }
 
+    /// A third host on the bridge that sees every frame between A and B, as a mirror (SPAN)
+    /// port on a switch shows them: namespace `uc<tag><pid>` with interface `c0` (10.s.0.3),
+    /// and nftables on both bridge ports copying what enters them to its port. Removed with
+    /// the pair. What an attacker on the segment sees (`uroce attack`).
+    pub fn add_monitor(&mut self, tag: &str) -> Result<End> {
+        let m = self.mid.clone().context("a monitor needs a bridged pair")?;
+        let s = self.a.ip4.octets()[1];
+        let end = End {
+            ns: format!("uc{tag}{}", std::process::id()),
+            ifname: "c0".into(),
+            ip4: Ipv4Addr::new(10, s, 0, 3),
+            ip6: Ipv6Addr::new(0xfd00, s as u16, 0, 0, 0, 0, 0, 3),
+            mac: [0x02, 0x75, s, 0, 0, 3],
+        };
+        self.owned.push(Netns::create(&end.ns)?);
+        #[rustfmt::skip]
+        ip(&["link", "add", "name", "c0", "address", &mac_str(end.mac), "netns", &end.ns,
+             "type", "veth", "peer", "name", "mc", "netns", &m])?;
+        ip(&["-n", &m, "link", "set", "dev", "mc", "master", "br0"])?;
+        // frames sent from here with another host's MAC must not move that MAC to this port
+        ip(&["-n", &m, "link", "set", "dev", "mc", "type", "bridge_slave", "learning", "off"])?;
+        ip(&["-n", &m, "link", "set", "dev", "mc", "up"])?;
+        ip(&["-n", &end.ns, "addr", "add", &format!("{}/24", end.ip4), "dev", "c0"])?;
+        ip(&["-n", &end.ns, "link", "set", "dev", "c0", "up"])?;
+        let mut rules = String::from("table netdev mirror {\n");
+        for i in ["ma", "mb"] {
+            rules += &format!(" chain in_{i} {{\n  type filter hook ingress device \"{i}\" priority -10; policy accept;\n  dup to \"mc\"\n }}\n");
+        }
+        rules += "}\n";
+        let path = std::env::temp_dir().join(format!("uroce-nft-mirror-{m}.nft"));
+        std::fs::write(&path, rules)?;
+        let out = exec(&m, &["nft", "-f", path.to_str().unwrap_or_default()])?;
+        let _ = std::fs::remove_file(&path);
+        if !out.status.success() {
+            bail!("nft: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(end)
+    }
+
     /// Delete a namespace now (a peer that vanishes mid-transfer).
     pub fn delete_ns(ns: &str) {
         uroce_netns::delete(ns);

@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+mod attack_cmd;
 mod demo_cmd;
 mod fuzz_cmd;
 pub mod limits;
@@ -76,6 +77,10 @@ enum Command {
     /// minimise it (`--minimise --check CMD`): delta debugging down to the frames that still
     /// reproduce the finding.
     Replay(fuzz_cmd::ReplayArgs),
+    /// ReDMArk's attacks on an RC connection seen on the segment (a mirror port): invalid
+    /// requests that kill the responder QP from a spoofed source, blind and on-path error NAKs
+    /// at the requester; everything learned from the connection's own frames.
+    Attack(attack_cmd::AttackArgs),
     /// Two uroce instances and a perftest run between them: as root over AF_XDP between two
     /// fresh network namespaces joined by veth; otherwise over kernel UDP on loopback.
     Demo(demo_cmd::DemoArgs),
@@ -140,6 +145,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Command::Probe(a) => probe_cmd::run(&a),
         Command::Fuzz(a) => fuzz_cmd::run(&a),
         Command::Replay(a) => fuzz_cmd::replay(&a),
+        Command::Attack(a) => attack_cmd::run(&a),
         Command::Verbs(a) => verbs_cmd::run(&a),
     }
 }

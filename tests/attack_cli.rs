@@ -1,0 +1,106 @@
+//! `uroce attack` against uroce: a `uroce perf write_bw` connection between two namespaces on a
+//! bridge, and an attacker in a third whose bridge port mirrors the connection's frames (a
+//! SPAN port). Each attack runs against a fresh connection and is judged by what the
+//! connection does afterwards (still moving both ways, or stopped). uroce's guards hold what
+//! the protocol lets them hold: invalid requests from the attacker's MAC or from another UDP
+//! port are dropped, and so are blind error NAKs; what RoCE cannot stop without authentication
+//! (a full spoof at the right PSN, an on-path NAK with the right PSN and MSN) ends the
+//! connection, as the README's table says. The attacker also sees uroce's QPNs and R_Keys:
+//! drawn from the OS CSPRNG, not sequential.
+//!
+//! Needs root, `ip` and `nft`; skips loudly without them (fails with `CI=1`).
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use uroce::netns::{self, NetPair, PairConfig};
+
+const BIN: &str = env!("CARGO_BIN_EXE_uroce");
+
+fn prereq(test: &str) -> bool {
+    common::require(
+        netns::is_root() && common::have("ip") && common::have("nft"),
+        &format!("{test} needs root, `ip` and `nft`"),
+    )
+}
+
+fn perf(ns: &str, ifname: &str, host: Option<&str>) -> common::Watched {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, BIN, "perf", "write_bw", "-d", ifname, "-s", "4096", "-D", "5", "--no-progress", "--counters"])
+        .args(host)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    common::watch(c.spawn().expect("spawn perf"))
+}
+
+/// One attack against a fresh connection: the attacker's outcome line.
+fn attack(net: &NetPair, mon: &netns::End, args: &[&str]) -> String {
+    let server = perf(&net.a.ns, &net.a.ifname, None);
+    let client = perf(&net.b.ns, &net.b.ifname, Some(&net.a.ip4.to_string()));
+    let out = Command::new("ip")
+        .args(["netns", "exec", &mon.ns, BIN, "attack"])
+        .args(args)
+        .args(["-i", &mon.ifname, "--watch-ms", "400"])
+        .output()
+        .expect("uroce attack");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+    // the connection ends by itself either way: completed, or failed with an error status
+    let c = client.finish("the attacked client", Duration::from_secs(40));
+    let s = server.finish("the attacked server", Duration::from_secs(40));
+    for o in [&c, &s] {
+        assert!(o.status.code().is_some(), "a side died of a signal");
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let line = text.lines().find(|l| l.starts_with("uroce-attack:")).unwrap_or_else(|| panic!("{text}")).to_string();
+    eprintln!("[attack] {args:?}: {line}");
+    let engine = |o: &std::process::Output| {
+        let e = String::from_utf8_lossy(&o.stderr).to_string();
+        e.lines().find(|l| l.starts_with("uroce-counters engine:")).unwrap_or("").to_string()
+    };
+    eprintln!("[attack]   requester (exit {:?}): {}", c.status.code(), engine(&c));
+    eprintln!("[attack]   responder (exit {:?}): {}", s.status.code(), engine(&s));
+    line
+}
+
+fn outcome(line: &str) -> &str {
+    line.split("outcome=").nth(1).and_then(|s| s.split_whitespace().next()).unwrap_or("?")
+}
+
+#[test]
+fn the_attack_table_against_uroce() {
+    if !prereq("the_attack_table_against_uroce") {
+        return;
+    }
+    let mut net = NetPair::create(&PairConfig { subnet: 128, bridged: true, ..PairConfig::new("at", 1500) }).unwrap();
+    let mon = net.add_monitor("at").unwrap();
+    let table = [
+        (vec!["kill-qp", "--spoof", "own-mac"], "survived"),
+        (vec!["kill-qp", "--spoof", "other-port"], "survived"),
+        (vec!["nak-flood", "--count", "20000"], "survived"),
+        (vec!["kill-qp", "--spoof", "full"], "killed"),
+        (vec!["nak-on-path"], "killed"),
+    ];
+    let mut rows = Vec::new();
+    for (args, want) in &table {
+        let line = attack(&net, &mon, args);
+        rows.push((args.join(" "), outcome(&line).to_string(), line.clone()));
+        assert_eq!(outcome(&line), *want, "{args:?}: {line}");
+    }
+    // what the attacker saw: the QPNs are not consecutive numbers
+    let line = attack(&net, &mon, &["observe"]);
+    let qpns: Vec<u32> = line
+        .split("qpns_seen=[")
+        .nth(1)
+        .and_then(|s| s.split(']').next())
+        .unwrap_or("")
+        .split(", ")
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    assert!(qpns.len() >= 2, "{line}");
+    assert!(qpns.windows(2).all(|w| w[0].abs_diff(w[1]) > 16), "QPNs close together: {qpns:?}");
+    for (a, o, _) in &rows {
+        eprintln!("[attack] | {a} | {o} |");
+    }
+}
