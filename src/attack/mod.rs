@@ -151,12 +151,11 @@ impl Learner {
     }
 }
 
-/// A forged RC frame from `src` (whose MAC, IP and port it claims) to `dst`.
+/// A forged RC frame to `dst` claiming `src`'s IP, with the source MAC and UDP port `claim`.
 pub fn forge(
-    src_mac: EthernetAddress,
+    (src_mac, sport): (EthernetAddress, u16),
     src: &End,
     dst: &End,
-    sport: u16,
     opcode: Opcode,
     psn: Psn,
     ext: ExtHeaders,
@@ -261,7 +260,7 @@ mod tests {
             qpn: Some(9),
         };
         let ext = ExtHeaders { reth: Some(RethRepr { va: 0x1000, rkey: 0x77, dma_len: 8 }), ..ExtHeaders::default() };
-        let f = forge(a.mac, &a, &b, a.sport, Opcode::RC_RDMA_WRITE_ONLY, Psn::new(42), ext, &[1; 8]);
+        let f = forge((a.mac, a.sport), &a, &b, Opcode::RC_RDMA_WRITE_ONLY, Psn::new(42), ext, &[1; 8]);
         let p = uroce_wire::parse_frame_verified(&f).expect("valid");
         assert_eq!(p.roce.bth.dest_qp.value(), 9);
         assert_eq!(p.roce.bth.psn.value(), 42);

@@ -88,7 +88,7 @@ impl RawSocket {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::WouldBlock { Ok(None) } else { Err(e) };
         }
-        if from.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+        if from.sll_pkttype == libc::PACKET_OUTGOING {
             return Ok(None);
         }
         Ok(Some(r as usize))

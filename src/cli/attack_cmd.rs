@@ -100,7 +100,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                 // is when the frame arrives (ahead of it: out of sequence, dropped; behind: a
                 // duplicate)
                 let psn = learner.l.psn.expect("ready").add(1 + (i % 32) as u32);
-                let f = attack::forge(src_mac, &req, &resp, sport, Opcode::RC_RDMA_WRITE_ONLY, psn, ext, &[0xa5; 8]);
+                let f = attack::forge((src_mac, sport), &req, &resp, Opcode::RC_RDMA_WRITE_ONLY, psn, ext, &[0xa5; 8]);
                 sock.send(&f)?;
                 sent += 1;
             }
@@ -138,7 +138,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                     aeth: Some(AethRepr { syndrome: Syndrome::Nak(NakCode::InvalidRequest), msn: Msn::new(msn) }),
                     ..ExtHeaders::default()
                 };
-                let f = attack::forge(resp.mac, &resp, &req, resp.sport, Opcode::RC_ACKNOWLEDGE, psn, ext, &[]);
+                let f = attack::forge((resp.mac, resp.sport), &resp, &req, Opcode::RC_ACKNOWLEDGE, psn, ext, &[]);
                 sock.send(&f)?;
                 sent += 1;
             }
