@@ -31,17 +31,7 @@ const HW_COUNTERS: &str = "/sys/class/infiniband/rxe0/ports/1/hw_counters";
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// The table's rows: (fault, observed, verdict).
-fn rows(report: &str) -> Vec<(String, String, String)> {
-    report
-        .lines()
-        .filter(|l| l.starts_with("| ") && l.contains('`'))
-        .map(|l| {
-            let c: Vec<&str> = l.split('|').map(str::trim).collect();
-            (c[2].trim_matches('`').to_string(), c[5].to_string(), c[7].to_string())
-        })
-        .collect()
-}
+use uroce::probe::report::parse_rows as rows;
 
 /// What rxe does about each fault of the default plans: (fault, the start of the observation).
 /// Every row conforms but the CE mark's: rxe has no notification point.

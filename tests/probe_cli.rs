@@ -18,17 +18,7 @@ fn prereq(test: &str) -> bool {
     common::require(netns::is_root() && common::have("ip"), &format!("{test} needs root and `ip`"))
 }
 
-/// The table's rows: (fault, observed, verdict).
-fn rows(report: &str) -> Vec<(String, String, String)> {
-    report
-        .lines()
-        .filter(|l| l.starts_with("| ") && l.contains('`'))
-        .map(|l| {
-            let c: Vec<&str> = l.split('|').map(str::trim).collect();
-            (c[2].trim_matches('`').to_string(), c[5].to_string(), c[7].to_string())
-        })
-        .collect()
-}
+use uroce::probe::report::parse_rows as rows;
 
 /// Server `perf <test>` in A (with `server_extra`), `probe <test>` in B; the probe's output.
 fn probe(net: &NetPair, test: &str, server_extra: &[&str], probe_extra: &[&str]) -> (std::process::Output, String) {

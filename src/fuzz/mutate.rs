@@ -258,49 +258,10 @@ mod tests {
     use super::*;
 
     /// An RC WRITE_ONLY of 64 bytes, as a connection sends it.
-    pub(crate) fn base() -> Vec<u8> {
-        use uroce_wire::*;
-        let r = FrameRepr {
-            eth: EthernetRepr {
-                src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
-                dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
-                vlan: None,
-                ethertype: EtherType::IPV4,
-            },
-            ip: IpRepr::V4(Ipv4Repr {
-                src_addr: std::net::Ipv4Addr::new(10, 0, 0, 1),
-                dst_addr: std::net::Ipv4Addr::new(10, 0, 0, 2),
-                dscp: 0,
-                ecn: Ecn::NotEct,
-                ident: 0,
-                dont_frag: true,
-                ttl: 64,
-                protocol: 17,
-                payload_len: 0,
-            }),
-            udp: UdpRepr { src_port: 0xc123, dst_port: ROCE_V2_PORT },
-            roce: RoceRepr {
-                bth: BthRepr {
-                    opcode: Opcode::RC_RDMA_WRITE_ONLY,
-                    solicited: false,
-                    mig_req: false,
-                    pad_count: 0,
-                    pkey: 0xffff,
-                    fecn: false,
-                    becn: false,
-                    dest_qp: Qpn::new(0x11),
-                    ack_req: true,
-                    psn: Psn::new(4),
-                },
-                ext: ExtHeaders {
-                    reth: Some(RethRepr { va: 0x7000_0000, rkey: 0x1234, dma_len: 64 }),
-                    ..ExtHeaders::default()
-                },
-                payload_len: 64,
-            },
-        };
+    fn base() -> Vec<u8> {
+        let r = crate::sample::frame_repr(uroce_wire::Opcode::RC_RDMA_WRITE_ONLY, 64, false, 4);
         let mut b = vec![0u8; r.buffer_len()];
-        r.emit(&mut b, UdpChecksum::Zero, |p| p.fill(0xab)).unwrap();
+        r.emit(&mut b, uroce_wire::UdpChecksum::Zero, |p| p.fill(0xab)).unwrap();
         b
     }
 

@@ -99,6 +99,19 @@ impl Report {
     }
 }
 
+/// The rows of a report's table as printed ([`Report::to_markdown`]): (fault, what the peer
+/// did, verdict), for whoever reads the report back (tests, campaign scripts).
+pub fn parse_rows(markdown: &str) -> Vec<(String, String, String)> {
+    markdown
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains('`'))
+        .filter_map(|l| {
+            let c: Vec<&str> = l.split('|').map(str::trim).collect();
+            Some((c.get(2)?.trim_matches('`').to_string(), c.get(5)?.to_string(), c.get(7)?.to_string()))
+        })
+        .collect()
+}
+
 fn fmt_us(us: f64) -> String {
     if us >= 10_000.0 {
         format!("{:.1} ms", us / 1000.0)
@@ -484,5 +497,8 @@ mod tests {
         assert_eq!(r.rows[1].observed, "no CNP");
         let md = r.to_markdown("test");
         assert!(md.contains("probe-summary: faults 2 conforms 1 differs 1 not_applied 0"), "{md}");
+        let rows = parse_rows(&md);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1], ("out:ce@m2.1".to_string(), "no CNP".to_string(), "DIFFERS".to_string()));
     }
 }

@@ -127,6 +127,24 @@ fn link_speed(ifname: Option<&str>) -> u64 {
         .map_or(100_000_000_000, |m| m as u64 * 1_000_000)
 }
 
+/// Sends a copy of `f` (captured when it goes); `Ok(false)` when it does not fit the
+/// backend's buffer.
+fn send_copy(
+    backend: &mut dyn Backend,
+    pcap: &mut Option<CaptureFile>,
+    ts: Duration,
+    f: &[u8],
+) -> std::io::Result<bool> {
+    backend.send_with(&mut |buf: &mut [u8]| {
+        let b = buf.get_mut(..f.len())?;
+        b.copy_from_slice(f);
+        if let Some(p) = pcap.as_mut() {
+            let _ = p.write(ts, f);
+        }
+        Some(f.len())
+    })
+}
+
 /// Frames sent per [`Port::poll`] round by default.
 pub const DEFAULT_TX_BUDGET: u32 = 128;
 
@@ -383,14 +401,7 @@ impl Port {
         while sent < *tx_budget {
             let Some(i) = pause.next_sendable(now) else { break };
             let Some(f) = pause.take(i) else { break };
-            let r = backend.send_with(&mut |buf: &mut [u8]| {
-                let b = buf.get_mut(..f.len())?;
-                b.copy_from_slice(&f);
-                if let Some(p) = pcap.as_mut() {
-                    let _ = p.write(ts, &f);
-                }
-                Some(f.len())
-            });
+            let r = send_copy(backend.as_mut(), pcap, ts, &f);
             match r {
                 Ok(true) => sent += 1,
                 Ok(false) => {
@@ -478,14 +489,7 @@ impl Port {
         let mut sent = 0u32;
         while sent < budget {
             let Some(f) = out.pop_front() else { break };
-            let r = backend.send_with(&mut |buf: &mut [u8]| {
-                let b = buf.get_mut(..f.len())?;
-                b.copy_from_slice(&f);
-                if let Some(p) = pcap.as_mut() {
-                    let _ = p.write(ts, &f);
-                }
-                Some(f.len())
-            });
+            let r = send_copy(backend, pcap, ts, &f);
             match r {
                 Ok(true) => sent += 1,
                 // longer than the backend's buffers: the tap made it, the wire cannot carry it
