@@ -49,6 +49,10 @@ enum Command {
         /// With --flows: write a PSN-over-time graph (SVG) per flow into this directory.
         #[arg(long, requires = "flows")]
         plot: Option<PathBuf>,
+        /// Also write every RoCEv2 frame of an Ethernet capture into this directory, one file
+        /// each (`<capture>-<n>.bin`): seed corpora for the fuzzers, inputs for replays.
+        #[arg(long, value_name = "DIR")]
+        extract: Option<PathBuf>,
     },
     /// Write a pcap with one sample frame of every RoCEv2 opcode (IPv4 and IPv6).
     GenPcap {
@@ -127,7 +131,12 @@ enum SimCommand {
 pub fn run() -> Result<std::process::ExitCode> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Pcap { files, quiet, flows, plot } => pcap_cmd::check(&files, quiet, flows, plot.as_deref()),
+        Command::Pcap { files, quiet, flows, plot, extract } => {
+            if let Some(dir) = &extract {
+                pcap_cmd::extract(&files, dir)?;
+            }
+            pcap_cmd::check(&files, quiet, flows, plot.as_deref())
+        }
         Command::GenPcap { file } => pcap_cmd::generate(&file),
         Command::Sim(SimCommand::Soak(a)) => sim_cmd::soak(&a),
         Command::Sim(SimCommand::Dcqcn(a)) => sim_dcqcn::run(&a),

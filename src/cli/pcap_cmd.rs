@@ -7,6 +7,27 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// `uroce pcap --extract DIR`: every RoCEv2 frame of Ethernet captures, one file each.
+pub fn extract(files: &[PathBuf], dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    for file in files {
+        let stem = file.file_stem().map_or("capture".into(), |s| s.to_string_lossy().into_owned());
+        let mut n = 0u64;
+        // a capture cut short: the frames before the cut are extracted, the check reports it
+        let _ = for_each_frame(file, |c| {
+            if c.linktype == pcap_file::DataLink::ETHERNET
+                && matches!(decode(c.linktype, &c.data), Decoded::Roce { .. })
+            {
+                let p = dir.join(format!("{stem}-{n}.bin"));
+                std::fs::write(&p, &c.data).with_context(|| format!("write {}", p.display()))?;
+                n += 1;
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 /// `uroce pcap`: one line per RoCEv2 frame as it is read, then the summary line. A capture that
 /// is cut short or malformed part-way still shows every frame before the problem and the
 /// summary of those, then fails with what is wrong and where, as tshark does (exit status 2;

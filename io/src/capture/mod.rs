@@ -1,6 +1,8 @@
 //! Writing packet captures: what a [`Port`](crate::runtime::Port) moves, as a pcap file of
 //! Ethernet frames with nanosecond timestamps that Wireshark, tshark and `uroce pcap` read.
 
+pub mod read;
+
 use anyhow::{Context, Result};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
