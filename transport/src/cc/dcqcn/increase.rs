@@ -42,6 +42,25 @@ pub fn phase(p: &Params, s: Stages) -> Phase {
 }
 
 impl Rates {
+    /// Whether no further timer event can change these rates (until a CNP or the byte
+    /// counter), given the rates `before` the timer event just made: that event changed
+    /// nothing, the flow is past fast recovery, and RT can no longer grow (it is at the
+    /// ceiling, or the phase's step is zero: R_AI = 0 in additive increase, R_HAI = 0 in hyper
+    /// increase). Then every later event computes the same rates from the same rates: a fixed
+    /// point, which lets a long-stalled engine skip expiries instead of walking them
+    /// ([`super::timers::IncreaseTimers::skip_expired`]).
+    pub fn settled(&self, before: &Rates, p: &Params, s: Stages) -> bool {
+        let f = p.rpg_threshold;
+        *self == *before
+            && s.timer > f
+            && (self.target >= p.max_rate()
+                || match phase(p, s) {
+                    Phase::FastRecovery => false,
+                    Phase::Additive => p.rpg_ai_rate == 0 && s.bytes <= f,
+                    Phase::Hyper(_) => p.rpg_hai_rate == 0,
+                })
+    }
+
     /// One increase event in stage `s` (counted): returns its phase.
     pub fn increase(&mut self, p: &Params, s: Stages) -> Phase {
         let ph = phase(p, s);

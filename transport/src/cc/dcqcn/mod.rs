@@ -182,7 +182,7 @@ impl Dcqcn {
         let mut expired = l.timers.count_bytes(&p, bytes as u64);
         while expired {
             let l = self.lim.as_mut().expect("limited");
-            l.stages.bytes += 1;
+            l.stages.bytes = l.stages.bytes.saturating_add(1);
             l.rates.increase(&p, l.stages);
             obs(now, RpEvent::ByteCounter, self.state(now));
             if self.release(now) {
@@ -208,11 +208,28 @@ impl Dcqcn {
                 let a = l.alpha.value(at, p.g(), p.alpha_period());
                 self.decrease(at, a, obs);
             } else if l.timers.take_timer(&p, at) {
-                l.stages.timer += 1;
+                l.stages.timer = l.stages.timer.saturating_add(1);
+                let before = l.rates;
                 l.rates.increase(&p, l.stages);
                 obs(at, RpEvent::RateTimer, self.state(at));
                 if self.release(at) {
                     return;
+                }
+                // When further timer events can change nothing (at a ceiling below line rate,
+                // or with zero increase steps), a backlog of expiries (an engine not run for a
+                // long while) is counted at once rather than walked one period at a time — up
+                // to a pending decrease, which comes first and in its place.
+                let l = self.lim.as_mut().expect("not released");
+                if l.rates.settled(&before, &p, l.stages) {
+                    let mut until = now;
+                    if l.pending_decrease {
+                        let dec = l.last_decrease + p.monitor_period();
+                        until = until.min(Instant::from_nanos(dec.as_nanos().saturating_sub(1)));
+                    }
+                    if until.saturating_duration_since(l.timers.next_timer) > p.increase_period() * 1024 {
+                        let n = l.timers.skip_expired(&p, until);
+                        l.stages.timer = l.stages.timer.saturating_add(n.min(u32::MAX as u64) as u32);
+                    }
                 }
             }
         }

@@ -186,3 +186,37 @@ proptest! {
         }
     }
 }
+
+/// A limiter whose increases can change nothing more — at a ceiling below line rate, or with
+/// zero increase steps — catches up on a backlog of timer expiries in one step, to the state
+/// walking them one by one reaches; a year's backlog is a handful of events, not billions
+/// (the `cc_dcqcn` fuzz target found the engine walking them).
+#[test]
+fn a_long_stall_is_caught_up_at_once_as_if_walked() {
+    for knobs in
+        [&["rpg_max_rate=10000"][..], &["rpg_ai_rate=0", "rpg_hai_rate=0", "rate_to_set_on_first_cnp=1000"][..]]
+    {
+        let mut p = Params::paper(G40);
+        for k in knobs {
+            p.set_assignment(k).unwrap();
+        }
+        let mut walked = Dcqcn::new(p);
+        walked.on_cnp(us(0), &mut |_, _, _| {});
+        walked.on_cnp(us(1), &mut |_, _, _| {});
+        let mut jumped = walked.clone();
+        let end = us(20_000 * 55 + 17);
+        while let Some(t) = walked.next_timeout().filter(|&t| t <= end) {
+            walked.on_timeout(t, &mut |_, _, _| {});
+        }
+        jumped.on_timeout(end, &mut |_, _, _| {});
+        assert_eq!(jumped.state(end), walked.state(end), "{knobs:?}");
+        assert_eq!(jumped.next_timeout(), walked.next_timeout(), "{knobs:?}");
+        assert!(jumped.state(end).limited, "{knobs:?}: the limiter stays");
+        // a year later, still one step
+        let year = Instant::from_nanos(365 * 24 * 3600 * 1_000_000_000);
+        let mut walked_events = 0u64;
+        jumped.on_timeout(year, &mut |_, _, _| walked_events += 1);
+        assert!(jumped.next_timeout().unwrap() > year);
+        assert!(walked_events < 2_000, "{knobs:?}: {walked_events} expiries walked");
+    }
+}

@@ -32,6 +32,20 @@ impl IncreaseTimers {
         true
     }
 
+    /// Skip every expiry due by `now` at once; returns how many there were. For a limiter
+    /// whose increases can no longer change anything (at its ceiling): an engine that was
+    /// not run for a long while (a stopped process, a paused VM) catches up in one step
+    /// instead of one per elapsed period, which could be billions.
+    pub fn skip_expired(&mut self, p: &Params, now: Instant) -> u64 {
+        if now < self.next_timer {
+            return 0;
+        }
+        let period = p.increase_period().as_nanos().max(1) as u64;
+        let n = (now - self.next_timer).as_nanos() as u64 / period + 1;
+        self.next_timer = Instant::from_nanos(self.next_timer.as_nanos().saturating_add(n.saturating_mul(period)));
+        n
+    }
+
     /// Count `n` bytes sent; `true` once per B bytes (call again while it returns `true`:
     /// a packet larger than B is several expiries). A zero B never expires.
     pub fn count_bytes(&mut self, p: &Params, n: u64) -> bool {
