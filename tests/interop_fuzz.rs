@@ -32,6 +32,8 @@ const UROCE_V4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 8);
 const UROCE_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x77, 0x00, 0x08];
 const RUN_LIMIT: u64 = 90;
 const HW_COUNTERS: &str = "/sys/class/infiniband/rxe0/ports/1/hw_counters";
+/// uroce's side of every round's flow (and of the clean run after), matching `perftest`.
+const FLOW: [&str; 10] = ["-d", "eth0", "-m", "1024", "-s", "4096", "-n", "400", "-u", "18"];
 /// Kernel log lines that are findings.
 const SPLATS: &str = "BUG|WARNING|Oops|general protection|KASAN|refcount_t|hung task|soft lockup|Call Trace";
 
@@ -94,29 +96,10 @@ fn trixie_fuzz_campaign() {
         let out = dir.join(format!("round-{round}"));
         let out_s = out.display().to_string();
         let seed_s = seed.to_string();
-        let argv = [
-            ix::BIN,
-            "fuzz",
-            "write_bw",
-            &GUEST_V4.to_string(),
-            "-d",
-            "eth0",
-            "-m",
-            "1024",
-            "-s",
-            "4096",
-            "-n",
-            "400",
-            "-u",
-            "18",
-            "--no-progress",
-            "--fuzz-seed",
-            &seed_s,
-            "--every",
-            &every,
-            "--out",
-            &out_s,
-        ];
+        let guest_ip = GUEST_V4.to_string();
+        let mut argv = vec![ix::BIN, "fuzz", "write_bw", &guest_ip];
+        argv.extend(FLOW);
+        argv.extend(["--no-progress", "--fuzz-seed", &seed_s, "--every", &every, "--out", &out_s]);
         let done = Proc::spawn_in(&port.ns, &argv).wait(Duration::from_secs(RUN_LIMIT + 30));
         assert!(done.ok(), "round {round}: uroce fuzz itself failed (uroce must not)\n{}", done.text());
         let summary = done.stdout.lines().find(|l| l.starts_with("uroce-fuzz:")).unwrap_or("").to_string();
@@ -179,23 +162,10 @@ fn trixie_fuzz_campaign() {
         format!("rm -f /tmp/s.rc; (timeout {RUN_LIMIT} {perftest} > /tmp/s.out 2>&1; echo $? > /tmp/s.rc) & true");
     assert_eq!(console(&guest, &start, 30).map(|o| o.0), Some(0));
     assert_eq!(console(&guest, ix::GUEST_WAIT_LISTEN, 60).map(|o| o.0), Some(0));
-    let argv = [
-        ix::BIN,
-        "perf",
-        "write_bw",
-        &GUEST_V4.to_string(),
-        "-d",
-        "eth0",
-        "-m",
-        "1024",
-        "-s",
-        "4096",
-        "-n",
-        "400",
-        "-u",
-        "18",
-        "--no-progress",
-    ];
+    let guest_ip = GUEST_V4.to_string();
+    let mut argv = vec![ix::BIN, "perf", "write_bw", &guest_ip];
+    argv.extend(FLOW);
+    argv.push("--no-progress");
     let clean = Proc::spawn_in(&port.ns, &argv).wait(Duration::from_secs(RUN_LIMIT));
     assert!(clean.ok(), "rxe after the campaign: a clean run failed\n{}", clean.text());
     assert!(total_injected >= rounds * 3, "the campaign injected only {total_injected} frames:\n{table}");

@@ -80,6 +80,11 @@ pub fn run(a: &ProbeArgs) -> Result<ExitCode> {
     );
     let outcome = crate::perf::run_tapped(cfg, Box::new(std::io::stderr()), Some(Box::new(tap)));
     let log = log.lock().map(|l| l.clone()).unwrap_or_default();
+    // no frame crossed the tap (no server, a refused exchange): nothing to judge
+    if log.seen.is_empty() {
+        let _ = outcome.context("the perftest run under the probe")?;
+        bail!("no RoCE frame crossed the probe: nothing to judge");
+    }
     let r = report::analyse(&log);
     let md = r.to_markdown(a.peer_name.as_deref().unwrap_or(&host));
     print!("{md}");
