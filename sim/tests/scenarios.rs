@@ -82,8 +82,11 @@ fn storm_spreads_and_the_watchdog_contains_it() {
 }
 
 #[test]
-fn loss_follows_the_model() {
-    let r = scenario("loss", &["rates_gbps=100", "rtts_us=8", "losses=0,0.001,0.01", "until_us=3000"]);
+fn loss_follows_the_model_and_the_cliff_is_the_timeouts() {
+    let r = scenario(
+        "loss",
+        &["rates_gbps=100", "rtts_us=8", "losses=0,0.001,0.01", "until_us=3000", "cliff_timeouts=8,14"],
+    );
     snapshot("loss", &r);
     let t = &r.tables[0];
     for row in 0..3 {
@@ -91,14 +94,38 @@ fn loss_follows_the_model() {
         assert!((0.9..=1.02).contains(&m), "{}", t.text());
     }
     assert!(cell(t, 2, "goodput_gbps") < cell(t, 1, "goodput_gbps"));
+    // The cliff: with a 1 ms timeout the lost NAKs and tails are recovered (timeouts fire);
+    // perftest's 67 ms outlasts the run, which stalls at its first one.
+    let c = &r.tables[1];
+    assert!(cell(c, 0, "timeouts") > 0.0, "{}", c.text());
+    assert_eq!(cell(c, 1, "timeouts"), 0.0, "{}", c.text());
+    assert!(cell(c, 1, "longest_stall_us") > 1000.0, "{}", c.text());
+    assert!(cell(c, 0, "goodput_gbps") > 2.0 * cell(c, 1, "goodput_gbps"), "{}", c.text());
+    let names: Vec<&str> = r.plots.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(names, ["loss.svg", "loss_cliff.svg"]);
+    assert!(r.plots.iter().all(|p| p.1.contains("<polyline")));
 }
 
 #[test]
 fn fabric_permutation_with_and_without_dcqcn() {
-    let r = scenario("fabric", &["leaves=2", "per_leaf=4", "until_us=1000"]);
+    let r = scenario("fabric", &["leaves=2", "per_leaf=4", "spines=2", "until_us=1000"]);
     snapshot("fabric", &r);
     assert_eq!(r.tables[0].rows.len(), 2);
     assert!(cell(&r.tables[0], 0, "mean_gbps") > 10.0);
+    assert_eq!(r.plots.len(), 1);
+    assert!(r.plots[0].1.contains("DCQCN off") && r.plots[0].1.contains("DCQCN paper"));
+}
+
+/// The default fabric: 128 hosts on 8 leaves and 4 spines, every one of them moving data.
+#[test]
+fn a_leaf_spine_of_128_hosts_moves_every_flow() {
+    let r = scenario("fabric", &["until_us=400"]);
+    let t = &r.tables[0];
+    assert!(t.title.starts_with("fabric: 8 leaves × 16 hosts, 4 spines, permutation (128 flows)"), "{}", t.title);
+    for row in 0..2 {
+        assert!(cell(t, row, "min_gbps") > 0.0, "every flow moved: {}", t.text());
+        assert_eq!(cell(t, row, "drops"), 0.0, "{}", t.text());
+    }
 }
 
 #[test]

@@ -1,9 +1,12 @@
 //! `fabric`: a two-tier leaf-spine (ECMP over the spines), permutation traffic (every host
 //! writes to one other, no two to the same) or all-to-all, with DCQCN off and on: the
-//! distribution of the flows' goodput, Jain's index, PFC pauses and drops.
+//! distribution of the flows' goodput, Jain's index, PFC pauses and drops, and a plot of each
+//! mode's per-flow goodput, slowest first (`fabric.svg`). The default is 8 leaves × 16 hosts
+//! (128) under 4 spines.
 
 use super::*;
 use crate::fabric::{FlowSpec, LinkSpec};
+use crate::plot::{line_chart, Series};
 use crate::switch::SwitchConfig;
 use crate::topology::{leaf_spine, LeafSpine};
 use rand_chacha::ChaCha8Rng;
@@ -28,9 +31,9 @@ const KEYS: [&str; 11] = [
 pub fn run(s: &Settings) -> Result<Report, SettingError> {
     s.only(&KEYS)?;
     let shape = LeafSpine {
-        leaves: s.int("leaves", 4, 2, 64)? as usize,
-        per_leaf: s.int("per_leaf", 4, 1, 64)? as usize,
-        spines: s.int("spines", 2, 1, 64)? as usize,
+        leaves: s.int("leaves", 8, 2, 64)? as usize,
+        per_leaf: s.int("per_leaf", 16, 1, 64)? as usize,
+        spines: s.int("spines", 4, 1, 64)? as usize,
     };
     let pattern = s.choice("pattern", "permutation", &["permutation", "all2all"])?;
     let rate = s.num("rate_gbps", 100.0, 1.0, 1000.0)?;
@@ -76,6 +79,7 @@ pub fn run(s: &Settings) -> Result<Report, SettingError> {
         ],
     );
     let mut r = Report::default();
+    let mut lines = Vec::new();
     for dcqcn in [None, Some(profile)] {
         let bps = (rate * 1e9) as u64;
         let link = LinkSpec::new(bps, Duration::from_micros(1));
@@ -111,7 +115,13 @@ pub fn run(s: &Settings) -> Result<Report, SettingError> {
             hosts.np_cnp_sent.to_string(),
         ]);
         r.csv.push((format!("fabric_{mode}.csv"), samples_csv(&f)));
+        good.sort_by(f64::total_cmp);
+        let n = good.len().max(1) as f64;
+        let points = good.iter().enumerate().map(|(i, g)| (100.0 * (i + 1) as f64 / n, *g)).collect();
+        lines.push(Series { name: format!("DCQCN {mode}"), points });
     }
+    let title = format!("{pattern}, {} flows: goodput per flow, slowest first", pairs.len());
+    r.plots.push(("fabric.svg".into(), line_chart(&title, "flows (%)", "goodput (Gbit/s)", &lines)));
     r.table("fabric", t);
     Ok(r)
 }
