@@ -218,6 +218,14 @@ pub struct PerfArgs {
     /// At most one CNP per QP in this many µs (ConnectX `min_time_between_cnps`).
     #[arg(long, value_name = "US", default_value_t = 2)]
     min_time_between_cnps: u32,
+    /// DSCP of the CNPs this side sends (ConnectX `cnp_dscp`).
+    #[arg(long, value_name = "DSCP", default_value_t = uroce_wire::cnp::CNP_DSCP,
+          value_parser = clap::value_parser!(u8).range(0..=63))]
+    cnp_dscp: u8,
+    /// 802.1p priority of the CNPs this side sends on a VLAN (ConnectX `cnp_802p_prio`).
+    #[arg(long = "cnp-802p-prio", value_name = "PRIO", default_value_t = uroce_wire::cnp::CNP_PRIO,
+          value_parser = clap::value_parser!(u8).range(0..=7))]
+    cnp_802p_prio: u8,
 }
 
 /// `--ecn`, `--dcqcn ...`: the engine's congestion control.
@@ -225,7 +233,8 @@ fn congestion(a: &PerfArgs) -> Result<uroce_transport::cc::CongestionConfig> {
     use uroce_transport::cc::{dcqcn::Params, Algorithm, CongestionConfig, NpConfig};
     let np = NpConfig {
         min_time_between_cnps: Duration::from_micros(a.min_time_between_cnps as u64),
-        ..NpConfig::default()
+        cnp_dscp: a.cnp_dscp,
+        cnp_802p_prio: a.cnp_802p_prio,
     };
     let rp = match &a.dcqcn {
         None => None,

@@ -153,6 +153,42 @@ fn ect0_on_every_frame_and_a_cnp_per_interval_in_connectx_layout() {
     assert_eq!(c0.np_ecn_marked_roce_packets, 0, "ACKs are not data");
 }
 
+/// `cnp_dscp` and `cnp_802p_prio` (ConnectX's knobs) set what a CNP carries: on a VLAN its
+/// 802.1p priority, in its IP header its DSCP; the data frames keep their own.
+#[test]
+fn a_cnps_dscp_and_vlan_priority_are_configurable() {
+    let mut cc = np(20);
+    cc.np = cc.np.map(|n| NpConfig { cnp_dscp: 26, cnp_802p_prio: 3, ..n });
+    let link = LinkConfig { ce_mark: 1.0, rate_bps: LINE, ..LinkConfig::default() };
+    let mut net = Network::new(3, link);
+    for i in 1..=2 {
+        net.add(device_with(i, 3, |c| {
+            c.cc = cc;
+            c.vlan = Some(100);
+        }));
+    }
+    let (a, b) = connect(&mut net, 0, 1, &QpOptions { mtu: Mtu::Mtu1024, ..Default::default() }).expect("connect");
+    let log = tap(&mut net);
+    transfer(&mut net, (&a, &b), WrOpcode::RdmaWrite, 16 * 1024);
+    let log = log.borrow();
+    let mut cnps = 0;
+    for (_, _, f) in log.iter() {
+        let p = parse_frame(f).unwrap();
+        let tag = p.eth.and_then(|e| e.vlan).expect("tagged");
+        assert_eq!(tag.vid, 100);
+        let IpRepr::V4(ip) = p.ip else { panic!("IPv4 path") };
+        if p.roce.bth.opcode == Opcode::CNP {
+            cnps += 1;
+            assert_eq!((tag.pcp, ip.dscp, ip.ecn), (3, 26, Ecn::Ect0));
+            p.check_icrc().expect("ICRC");
+        } else {
+            assert_eq!((tag.pcp, ip.dscp), (0, 0), "data frames keep the QP's class");
+        }
+    }
+    assert!(cnps > 0);
+    assert_eq!(net.dev(1).counters().np_cnp_sent, cnps);
+}
+
 #[test]
 fn off_by_default_frames_stay_not_ect_and_no_cnp_is_sent() {
     let (mut net, a, b, log) = cc_pair(CongestionConfig::default(), CongestionConfig::default(), 1.0);
