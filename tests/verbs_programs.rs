@@ -388,3 +388,57 @@ fn two_processes_on_one_interface_run_perftest_to_two_peers_at_once_over_udp() {
 fn two_processes_on_one_interface_run_perftest_to_two_peers_at_once_over_af_xdp() {
     two_pairs_at_once("verbs_programs::two_processes_xdp", 139, "vx", &["UROCE_BACKEND=xdp"]);
 }
+
+/// Congestion control from the environment, as `uroce perf --ecn --dcqcn` sets it by flags:
+/// stock `ib_write_bw` whose server (`UROCE_ECN=1`) sees a quarter of its received frames
+/// CE-marked (`UROCE_INJECT`, the marks a switch would make) answers them with CNPs, and the
+/// client (`UROCE_DCQCN=connectx`, captured with `UROCE_PCAP`) sends every request ECT(0) and
+/// receives those CNPs. A client without the variables sends Not-ECT, as rxe.
+#[test]
+fn stock_perftest_runs_dcqcn_set_by_the_environment() {
+    let Some(dir) = setup("verbs_programs::dcqcn_env", &["ib_write_bw"]) else { return };
+    let net = NetPair::create(&PairConfig { subnet: 138, ..PairConfig::new("vz", 1500) }).expect("veth pair");
+    for on in [true, false] {
+        let pcap = std::env::temp_dir().join(format!("uroce-vp-dcqcn-{on}-{}.pcap", std::process::id()));
+        let cap = format!("UROCE_PCAP={}", pcap.display());
+        let (senv, cenv): (Vec<&str>, Vec<&str>) = if on {
+            (vec!["UROCE_ECN=1", "UROCE_INJECT=ce=0.25,seed=3"], vec!["UROCE_DCQCN=connectx", cap.as_str()])
+        } else {
+            (vec![], vec![cap.as_str()])
+        };
+        let argv = ["ib_write_bw", "-n", "500", "-s", "65536"];
+        let server = spawn(&net.b.ns, &net.b.ifname, &dir, &senv, &argv, None);
+        wait_listening(&net.b.ns, 18515, "ib_write_bw");
+        let client = spawn(&net.a.ns, &net.a.ifname, &dir, &cenv, &argv, Some(net.b.ip4.to_string()));
+        let c = client.finish("client", Duration::from_secs(120));
+        let s = server.finish("server", Duration::from_secs(120));
+        for (who, o) in [("client", &c), ("server", &s)] {
+            assert!(o.status.success(), "{who}: {}", String::from_utf8_lossy(&o.stderr));
+        }
+        let (mut ect, mut not_ect, mut cnps) = (0u64, 0u64, 0u64);
+        uroce_io::capture::read::for_each_frame(&pcap, |f| {
+            let Ok(p) = uroce_wire::parse_frame(&f.data) else { return Ok(()) };
+            if p.roce.bth.opcode == uroce_wire::Opcode::CNP {
+                cnps += 1;
+            } else if p.roce.bth.opcode.info().is_some_and(|i| i.is_request()) {
+                if p.ip.ecn() == uroce_wire::Ecn::Ect0 {
+                    ect += 1;
+                } else {
+                    not_ect += 1;
+                }
+            }
+            Ok(())
+        })
+        .expect("the client's capture");
+        std::fs::remove_file(&pcap).ok();
+        eprintln!(
+            "[verbs] ib_write_bw, congestion control {on}: requests ECT(0) {ect}, Not-ECT {not_ect}, CNPs {cnps}"
+        );
+        if on {
+            assert!(ect >= 500 * 16 && not_ect == 0, "every request ECT(0): {ect} / {not_ect}");
+            assert!(cnps > 0, "the server's CNPs reached the client");
+        } else {
+            assert!(not_ect >= 500 * 16 && ect == 0 && cnps == 0, "rxe's frames: {ect} / {not_ect} / {cnps}");
+        }
+    }
+}

@@ -230,27 +230,17 @@ pub struct PerfArgs {
 
 /// `--ecn`, `--dcqcn ...`: the engine's congestion control.
 fn congestion(a: &PerfArgs) -> Result<uroce_transport::cc::CongestionConfig> {
-    use uroce_transport::cc::{dcqcn::Params, Algorithm, CongestionConfig, NpConfig};
+    use uroce_transport::cc::{CongestionConfig, NpConfig};
     let np = NpConfig {
         min_time_between_cnps: Duration::from_micros(a.min_time_between_cnps as u64),
         cnp_dscp: a.cnp_dscp,
         cnp_802p_prio: a.cnp_802p_prio,
     };
-    let rp = match &a.dcqcn {
-        None => None,
-        Some(profile) => {
-            if !a.line_rate.is_finite() || !(0.001..=100_000.0).contains(&a.line_rate) {
-                bail!("--line-rate must be between 0.001 and 100000 Gbit/s");
-            }
-            let mut p = Params::profile(profile, (a.line_rate * 1e9).round() as u64)?;
-            for kv in &a.dcqcn_set {
-                p.set_assignment(kv)?;
-            }
-            Some(Algorithm::Dcqcn(p))
-        }
-    };
-    let on = a.ecn || rp.is_some();
-    Ok(CongestionConfig { ecn: on, np: on.then_some(np), rp })
+    if a.dcqcn.is_some() && (!a.line_rate.is_finite() || !(0.001..=100_000.0).contains(&a.line_rate)) {
+        bail!("--line-rate must be between 0.001 and 100000 Gbit/s");
+    }
+    let line = (a.line_rate * 1e9).round() as u64;
+    Ok(CongestionConfig::from_settings(a.ecn, a.dcqcn.as_deref(), line, &a.dcqcn_set, np)?)
 }
 
 /// Build the run's configuration from the flags.

@@ -7,7 +7,8 @@
 //! otherwise; `UROCE_BACKEND=xdp|udp` chooses (`UROCE_UDP_PORT`: the UDP backend's port, 4791
 //! by default). Either backend shares the interface with every other uroce process on it, each
 //! owning a block of QP numbers (`uroce_io::share`; `UROCE_SHARE=0`: this process alone). `UROCE_PCAP=FILE` captures every frame; `UROCE_QUIRKS=retry_cnt_7_infinite`
-//! retries forever at `retry_cnt` 7, as rxe does.
+//! retries forever at `retry_cnt` 7, as rxe does. Congestion control (`UROCE_ECN`,
+//! `UROCE_DCQCN`, ...) and injected faults (`UROCE_INJECT`): [`crate::congestion`].
 //!
 //! Each call translates libibverbs' structs to the engine's verbs types (same names, same
 //! numeric values) and back; the engine checks every rule. Handles are looked up in registries
@@ -132,15 +133,21 @@ pub fn start_runtime(dev: &'static crate::device::Device) -> Result<Runtime, c_i
     };
     let local_ip = iface.ipv4.first().map(|a| IpAddr::V4(*a)).or_else(|| iface.addresses().first().copied());
     let Some(local_ip) = local_ip else { return Err(libc::ENODEV) };
+    let (cc, inject) =
+        crate::congestion::from_env(&|v| std::env::var(v).ok(), crate::congestion::link_speed_mbps(&iface.name))
+            .map_err(|e| {
+                eprintln!("uroce: {e}");
+                libc::EINVAL
+            })?;
     let cfg = PortConfig {
         ifname: Some(iface.name.clone()),
         local_ip,
         backend,
         seed: None,
         pcap: std::env::var_os("UROCE_PCAP").map(Into::into),
-        inject: None,
+        inject,
         tweak: Some(env_quirks),
-        cc: Default::default(),
+        cc,
     };
     dev.shared.store(
         matches!(&cfg.backend, BackendKind::Xdp(o) if o.shared)

@@ -30,6 +30,7 @@
 
 pub mod abi;
 pub mod ah;
+pub mod congestion;
 pub mod cq_ex;
 pub mod datapath;
 pub mod device;

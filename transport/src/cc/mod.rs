@@ -99,6 +99,32 @@ impl CongestionConfig {
             rp: Some(Algorithm::Dcqcn(dcqcn::Params::connectx(line_rate))),
         }
     }
+
+    /// The one reading of ConnectX-style settings, shared by `uroce perf`'s flags and the
+    /// libibverbs library's environment: `ecn` sends ECT(0) and answers CE with CNPs (`np`);
+    /// `dcqcn`, a profile name (`connectx`, `paper`), adds DCQCN's reaction point at
+    /// `line_rate` bits per second with `knobs` (`NAME=VALUE`, ConnectX's names) applied in
+    /// order, and implies `ecn`.
+    pub fn from_settings<S: AsRef<str>>(
+        ecn: bool,
+        dcqcn: Option<&str>,
+        line_rate: u64,
+        knobs: &[S],
+        np: NpConfig,
+    ) -> Result<CongestionConfig, dcqcn::ParamError> {
+        let rp = match dcqcn {
+            None => None,
+            Some(profile) => {
+                let mut p = dcqcn::Params::profile(profile, line_rate)?;
+                for kv in knobs {
+                    p.set_assignment(kv.as_ref())?;
+                }
+                Some(Algorithm::Dcqcn(p))
+            }
+        };
+        let on = ecn || rp.is_some();
+        Ok(CongestionConfig { ecn: on, np: on.then_some(np), rp })
+    }
 }
 
 /// A QP's notification point: when it last sent a CNP, and whether one is due.
