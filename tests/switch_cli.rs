@@ -190,7 +190,8 @@ fn dcqcn_pfc_and_neither_through_a_software_switch() {
     let drops_pfc = common::counter(&r.switch, "uroce-switch:", "drop_buffer")
         + common::counter(&r.switch, "uroce-switch:", "drop_headroom");
     let held: Vec<u64> = r.clients.iter().map(|c| common::counter(&c.1, "uroce-counters port:", "tx_held")).collect();
-    eprintln!("PFC: pauses {pauses}, drops {drops_pfc}, held {held:?}\n{}", r.switch);
+    let bw_pfc: Vec<f64> = r.clients.iter().map(|c| gbps(&c.0)).collect();
+    eprintln!("PFC: pauses {pauses}, drops {drops_pfc}, held {held:?}, Gbit/s {bw_pfc:?}\n{}", r.switch);
     assert!(pauses > 0, "{}", r.switch);
     assert_eq!(drops_pfc, 0, "lossless: {}", r.switch);
     assert!(held.iter().any(|&h| h > 0), "the senders held frames: {held:?}");
