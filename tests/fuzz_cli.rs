@@ -21,8 +21,21 @@ fn prereq(test: &str) -> bool {
 
 /// One round: (the fuzzer's summary line, the server's stderr, the fuzz.log).
 fn round(net: &NetPair, seed: u64, kinds: &str) -> (String, String, String) {
+    round_of(net, "write_bw", &["-s", "4096", "-n", "1000"], seed, kinds, &[])
+}
+
+/// A round of perftest `test` with `flags` on both ends, `extra` flags for the fuzzer.
+fn round_of(
+    net: &NetPair,
+    test: &str,
+    flags: &[&str],
+    seed: u64,
+    kinds: &str,
+    extra: &[&str],
+) -> (String, String, String) {
     let mut s = Command::new("ip");
-    s.args(["netns", "exec", &net.a.ns, BIN, "perf", "write_bw", "-d", &net.a.ifname, "-s", "4096", "-n", "1000"])
+    s.args(["netns", "exec", &net.a.ns, BIN, "perf", test, "-d", &net.a.ifname])
+        .args(flags)
         .args(["--no-progress", "--counters"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -30,9 +43,11 @@ fn round(net: &NetPair, seed: u64, kinds: &str) -> (String, String, String) {
     let dir = std::env::temp_dir().join(format!("uroce-fuzz-cli-{seed}-{}", std::process::id()));
     let (host, dir_s, seed_s) = (net.a.ip4.to_string(), dir.display().to_string(), seed.to_string());
     let mut c = Command::new("ip");
-    c.args(["netns", "exec", &net.b.ns, BIN, "fuzz", "write_bw", &host, "-d", &net.b.ifname, "-s", "4096"])
-        .args(["-n", "1000", "--no-progress", "--every", "8", "--fuzz-seed", &seed_s, "--out", &dir_s])
+    c.args(["netns", "exec", &net.b.ns, BIN, "fuzz", test, &host, "-d", &net.b.ifname])
+        .args(flags)
+        .args(["--no-progress", "--every", "8", "--fuzz-seed", &seed_s, "--out", &dir_s])
         .args(if kinds.is_empty() { vec![] } else { vec!["--kinds", kinds] })
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let out = common::finish(c.spawn().expect("spawn fuzz"), "uroce fuzz", Duration::from_secs(60));
@@ -87,6 +102,36 @@ fn uroce_survives_a_fuzz_campaign() {
         n > 0 && common::counter(&server, "uroce-counters engine:", "dropped_unknown_qp") >= n,
         "{summary}\n{server}"
     );
+}
+
+/// The response kinds: in a latency test both ends send, and uroce's ACKs to the target's
+/// requester are forged (error and RNR NAKs, ACKs of what was never sent, unsolicited READ
+/// and atomic responses, duplicate-ACK floods). The target survives every round (it exits by
+/// itself, no panic, no signal) and counts what it dropped.
+#[test]
+fn uroce_survives_forged_acknowledgements() {
+    if !prereq("uroce_survives_forged_acknowledgements") {
+        return;
+    }
+    let net = NetPair::create(&PairConfig { subnet: 129, ..PairConfig::new("fa", 1500) }).unwrap();
+    let kinds = "forged_nak,rnr_nak,ack_psn,unsolicited,ack_flood";
+    let (mut injected, mut dropped) = (0, 0);
+    for seed in 1..=4 {
+        let (summary, server, _) =
+            round_of(&net, "write_lat", &["-s", "64", "-n", "2000"], seed, kinds, &["--max", "24"]);
+        assert!(field(&summary, "acks") > 0, "seed {seed}: no ACK of uroce's went through: {summary}");
+        let n: u64 = kinds.split(',').map(|k| field(&summary, k)).sum();
+        assert_eq!(n, field(&summary, "injected"), "seed {seed}: only response kinds: {summary}");
+        injected += n;
+        let engine = server.lines().find(|l| l.starts_with("uroce-counters engine:")).unwrap_or("").to_string();
+        dropped += ["dropped_stale_response", "dropped_bad_opcode", "dropped_bad_nak_msn", "rcvd_rnr_err"]
+            .iter()
+            .map(|c| common::counter(&server, "uroce-counters engine:", c))
+            .sum::<u64>();
+        eprintln!("[fuzz] responses seed {seed}: {summary}\n[fuzz]   target: {engine}");
+    }
+    assert!(injected >= 8, "{injected} forged acknowledgements in all");
+    assert!(dropped > 0, "the target's requester counted none of them");
 }
 
 #[test]

@@ -21,8 +21,10 @@ pub struct FuzzArgs {
     /// On average one hostile frame after every N requests of the fuzzed QP.
     #[arg(long, default_value_t = 8)]
     every: u32,
-    /// Mutation kinds, comma-separated (default: all): any_opcode, opcode_sequence, psn_jump,
-    /// pad, reth, atomic, truncated, over_long, corrupt, bad_icrc, wrong_qp.
+    /// Mutation kinds, comma-separated (default: all): of requests any_opcode,
+    /// opcode_sequence, psn_jump, pad, reth, atomic, truncated, over_long, corrupt, bad_icrc,
+    /// wrong_qp; of uroce's ACKs to the target's requester (a latency test, where both ends
+    /// send) forged_nak, rnr_nak, ack_psn, unsolicited, ack_flood.
     #[arg(long, value_delimiter = ',')]
     kinds: Vec<String>,
     /// At most this many hostile frames.

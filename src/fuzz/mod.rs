@@ -2,8 +2,11 @@
 //! A [`FuzzTap`] between uroce's engine and the wire lets every frame of the flow through and,
 //! after a seeded share of the requests of one QP, sends a [`mutate`]d copy of the request
 //! just sent — addresses, QPN, PSN and keys are the live connection's, and the expected PSN
-//! is the one the peer waits for, so mutations land in its window. What the peer answers
-//! (NAKs by kind) is counted. The same seed against the same flow makes the same frames.
+//! is the one the peer waits for, so mutations land in its window. Where both ends send (a
+//! latency test, pingpong), uroce's ACKs to the peer's requester draw too, for the response
+//! kinds (forged NAKs, RNR NAKs, ACKs of what was never sent, unsolicited READ and atomic
+//! responses, duplicate-ACK floods). What the peer answers (NAKs by kind) is counted. The same
+//! seed against the same flow makes the same frames.
 
 pub mod mutate;
 
@@ -61,6 +64,8 @@ pub struct FuzzLog {
     pub drawn: u64,
     /// Requests of the fuzzed QP that went through.
     pub requests: u64,
+    /// uroce's ACKs to the fuzzed QP (its requester) that went through.
+    pub acks: u64,
     /// The fuzzed QP (its destination QPN at the peer): the first one a request went to.
     pub target_qp: Option<u32>,
     /// Frames from the peer.
@@ -84,9 +89,10 @@ impl FuzzLog {
         let kinds: Vec<String> = self.by_kind().iter().map(|(k, v)| format!("{k}={v}")).collect();
         let naks: Vec<String> = self.peer_naks.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!(
-            "uroce-fuzz: seed={seed} target_qp={} requests={} injected={} [{}] peer_frames={} peer_naks=[{}]",
+            "uroce-fuzz: seed={seed} target_qp={} requests={} acks={} injected={} [{}] peer_frames={} peer_naks=[{}]",
             self.target_qp.map_or("-".to_string(), |q| format!("{q:#08x}")),
             self.requests,
+            self.acks,
             self.injected.len(),
             kinds.join(" "),
             self.peer_frames,
@@ -141,6 +147,8 @@ pub struct FuzzTap {
     /// The highest request PSN passed: only first transmissions draw, so that a replay whose
     /// flow retransmits differently still draws the same frames for the same PSNs.
     highest: Option<Psn>,
+    /// The same for uroce's ACKs to the target's requester.
+    highest_ack: Option<Psn>,
     drawn: u64,
 }
 
@@ -150,22 +158,92 @@ impl FuzzTap {
         anyhow::ensure!(cfg.every > 0 && !cfg.kinds.is_empty(), "fuzz: --every must be > 0 and some kind chosen");
         let log = Arc::new(Mutex::new(FuzzLog::default()));
         let pcap = pcap.map(CaptureFile::create).transpose()?;
-        let tap =
-            FuzzTap { rng: Rng::new(cfg.seed), cfg, log: log.clone(), pcap, target: None, highest: None, drawn: 0 };
+        let tap = FuzzTap {
+            rng: Rng::new(cfg.seed),
+            cfg,
+            log: log.clone(),
+            pcap,
+            target: None,
+            highest: None,
+            highest_ack: None,
+            drawn: 0,
+        };
         Ok((tap, log))
+    }
+}
+
+impl FuzzTap {
+    /// Draw whether to inject after this frame, and of which kind (from `kinds`); `None`: not.
+    fn draw(&mut self, kinds: &[Kind]) -> Option<Kind> {
+        if kinds.is_empty()
+            || self.cfg.max.is_some_and(|m| self.drawn >= m)
+            || self.rng.below(u64::from(self.cfg.every)) != 0
+        {
+            return None;
+        }
+        Some(self.rng.pick(kinds))
+    }
+
+    /// Number the hostile frame drawn; send it (`copies` times) unless `--only` leaves it out.
+    fn inject(&mut self, now: Instant, f: &[u8], copies: u32, kind: Kind, expected: Psn, wire: &mut dyn FnMut(&[u8])) {
+        let n = self.drawn;
+        self.drawn += 1;
+        let Ok(mut log) = self.log.lock() else { return };
+        log.drawn = self.drawn;
+        if self.cfg.only.as_ref().is_some_and(|o| !o.contains(&n)) {
+            return;
+        }
+        for _ in 0..copies {
+            wire(f);
+        }
+        if let Some(pc) = self.pcap.as_mut() {
+            let _ = pc.write(std::time::Duration::from_nanos(now.as_nanos()), f);
+        }
+        log.injected.push(Injected { n, t_ns: now.as_nanos(), kind, expected, len: f.len() });
     }
 }
 
 impl Tap for FuzzTap {
     fn on_tx(&mut self, now: Instant, frame: &[u8], wire: &mut dyn FnMut(&[u8])) {
-        wire(frame);
-        let Ok(p) = uroce_wire::parse_frame(frame) else { return };
-        let bth = p.roce.bth;
-        let Some(info) = bth.opcode.info() else { return };
-        if info.transport != Transport::Rc || !info.is_request() {
+        let parsed = uroce_wire::parse_frame(frame).ok().and_then(|p| Some((p.roce.bth, p.roce.bth.opcode.info()?)));
+        let Some((bth, info)) = parsed.filter(|(_, i)| i.transport == Transport::Rc) else {
+            wire(frame);
+            return;
+        };
+        let qp = bth.dest_qp.value();
+        if info.operation == Operation::Acknowledge {
+            // uroce's responder acknowledging the target's requester (a latency test or
+            // pingpong, where both ends send): the response kinds aim there, ahead of the real
+            // ACK (so a forged NAK or RNR NAK meets the request still outstanding), a flood's
+            // copies after it
+            let fresh = self.target == Some(qp) && self.highest_ack.is_none_or(|h| bth.psn.after(h));
+            let kinds: Vec<Kind> = self.cfg.kinds.iter().copied().filter(|k| k.on_response()).collect();
+            let forged = fresh.then(|| self.draw(&kinds)).flatten().and_then(|kind| {
+                mutate::mutate_response(frame, kind, &mut self.rng).map(|(f, copies)| (kind, f, copies))
+            });
+            if fresh {
+                self.highest_ack = Some(bth.psn);
+                if let Ok(mut log) = self.log.lock() {
+                    log.acks += 1;
+                }
+            }
+            match forged {
+                Some((Kind::AckFlood, f, copies)) => {
+                    wire(frame);
+                    self.inject(now, &f, copies, Kind::AckFlood, bth.psn, wire);
+                }
+                Some((kind, f, copies)) => {
+                    self.inject(now, &f, copies, kind, bth.psn, wire);
+                    wire(frame);
+                }
+                None => wire(frame),
+            }
             return;
         }
-        let qp = bth.dest_qp.value();
+        wire(frame);
+        if !info.is_request() {
+            return;
+        }
         if *self.target.get_or_insert(qp) != qp {
             return;
         }
@@ -173,13 +251,12 @@ impl Tap for FuzzTap {
             return;
         }
         self.highest = Some(bth.psn);
-        let Ok(mut log) = self.log.lock() else { return };
-        log.target_qp = self.target;
-        log.requests += 1;
-        if self.cfg.max.is_some_and(|m| self.drawn >= m) || self.rng.below(u64::from(self.cfg.every)) != 0 {
-            return;
+        if let Ok(mut log) = self.log.lock() {
+            log.target_qp = self.target;
+            log.requests += 1;
         }
-        let kind = self.rng.pick(&self.cfg.kinds);
+        let kinds: Vec<Kind> = self.cfg.kinds.iter().copied().filter(|k| !k.on_response()).collect();
+        let Some(kind) = self.draw(&kinds) else { return };
         // the PSN after this request: a READ takes one per response packet, unknown here, so
         // its next request's PSN is as good a guess as any; the others take one
         let next = bth.psn.add(1);
@@ -191,17 +268,7 @@ impl Tap for FuzzTap {
             next.sub(1 + self.rng.below(64) as u32)
         };
         let Some(f) = mutate::mutate(frame, expected, kind, &mut self.rng) else { return };
-        let n = self.drawn;
-        self.drawn += 1;
-        log.drawn = self.drawn;
-        if self.cfg.only.as_ref().is_some_and(|o| !o.contains(&n)) {
-            return;
-        }
-        wire(&f);
-        if let Some(pc) = self.pcap.as_mut() {
-            let _ = pc.write(std::time::Duration::from_nanos(now.as_nanos()), &f);
-        }
-        log.injected.push(Injected { n, t_ns: now.as_nanos(), kind, expected, len: f.len() });
+        self.inject(now, &f, 1, kind, expected, wire);
     }
 
     fn on_rx(&mut self, _now: Instant, frame: &[u8], engine: &mut dyn FnMut(&[u8])) {

@@ -1,4 +1,6 @@
-//! Mutations of a live RC request frame: each takes the frame uroce just sent (so addresses,
+//! Mutations of a live RC request frame, or of an ACK uroce's responder sent (aimed at the
+//! peer's requester: forged NAKs, RNR NAKs, ACKs of what was never sent, unsolicited READ and
+//! atomic responses, duplicate-ACK floods): each takes the frame uroce just sent (so addresses,
 //! QPN, PSN, R_Key and VA are the connection's own) and makes one hostile variant of it, with
 //! IP and UDP lengths, the IPv4 checksum and the ICRC made consistent again unless the
 //! mutation is a bad ICRC — so that it passes the peer's IP and UDP stacks and reaches its
@@ -33,11 +35,24 @@ pub enum Kind {
     BadIcrc,
     /// Another destination QPN.
     WrongQp,
+    /// Toward the peer's requester, from an ACK uroce's responder sent: an error NAK (any of
+    /// IBTA's codes, or a reserved one) or a reserved syndrome class, with the ACK's MSN.
+    ForgedNak,
+    /// An RNR NAK with any timer (0 is 655 ms), where an ACK was.
+    RnrNak,
+    /// An ACK whose PSN acknowledges what was never sent, is stale, or is anywhere; its MSN
+    /// kept or jumped.
+    AckPsn,
+    /// A response to nothing asked: a READ response (FIRST, MIDDLE, ONLY) or an atomic
+    /// acknowledge where an ACK was.
+    Unsolicited,
+    /// The ACK again, 16 to 256 times (a duplicate-ACK flood).
+    AckFlood,
 }
 
 impl Kind {
     /// Every kind, in the order the generator weighs them.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 16] = [
         Kind::AnyOpcode,
         Kind::OpcodeSequence,
         Kind::PsnJump,
@@ -49,7 +64,18 @@ impl Kind {
         Kind::Corrupt,
         Kind::BadIcrc,
         Kind::WrongQp,
+        Kind::ForgedNak,
+        Kind::RnrNak,
+        Kind::AckPsn,
+        Kind::Unsolicited,
+        Kind::AckFlood,
     ];
+
+    /// Whether it mutates an acknowledgement uroce's responder sent (aimed at the peer's
+    /// requester) rather than a request (aimed at its responder).
+    pub fn on_response(self) -> bool {
+        matches!(self, Kind::ForgedNak | Kind::RnrNak | Kind::AckPsn | Kind::Unsolicited | Kind::AckFlood)
+    }
 
     /// Short name (counters, logs).
     pub fn name(self) -> &'static str {
@@ -65,6 +91,11 @@ impl Kind {
             Kind::Corrupt => "corrupt",
             Kind::BadIcrc => "bad_icrc",
             Kind::WrongQp => "wrong_qp",
+            Kind::ForgedNak => "forged_nak",
+            Kind::RnrNak => "rnr_nak",
+            Kind::AckPsn => "ack_psn",
+            Kind::Unsolicited => "unsolicited",
+            Kind::AckFlood => "ack_flood",
         }
     }
 }
@@ -249,8 +280,90 @@ pub fn mutate(base: &[u8], expected: Psn, k: Kind, rng: &mut Rng) -> Option<Vec<
             f[bth + 5..bth + 8].copy_from_slice(&q.to_be_bytes()[1..]);
             set_psn(&mut f, bth, expected);
         }
+        Kind::ForgedNak | Kind::RnrNak | Kind::AckPsn | Kind::Unsolicited | Kind::AckFlood => return None,
     }
     reseal(&mut f, true).then_some(f)
+}
+
+/// One mutation of `ack` (an RC ACKNOWLEDGE uroce's responder just sent: BTH, AETH, ICRC) of
+/// response kind `k`, and how many times to send it. `None` when `ack` is not an IPv4 RC
+/// ACK or `k` is a request kind. The AETH (IBTA 9.3.5, Table 45): syndrome bits 7..5 are 000
+/// ACK, 001 RNR NAK (bits 4..0 the timer), 011 NAK (bits 4..0 the code: 0 PSN sequence error,
+/// 1 invalid request, 2 remote access error, 3 remote operational error, 4 invalid RD
+/// request), 010 reserved; then the 24-bit MSN.
+pub fn mutate_response(ack: &[u8], k: Kind, rng: &mut Rng) -> Option<(Vec<u8>, u32)> {
+    let (_, bth) = layout(ack, 12 + 4 + 4)?;
+    if ack[bth] != 0x11 || !k.on_response() {
+        return None;
+    }
+    let mut f = ack.to_vec();
+    let aeth = bth + 12;
+    let psn = Psn::new(u32::from_be_bytes([0, f[bth + 9], f[bth + 10], f[bth + 11]]));
+    let msn = u32::from_be_bytes([0, f[aeth + 1], f[aeth + 2], f[aeth + 3]]);
+    let set_msn = |f: &mut [u8], m: u32| f[aeth + 1..aeth + 4].copy_from_slice(&(m & 0xff_ffff).to_be_bytes()[1..]);
+    let mut copies = 1;
+    match k {
+        Kind::ForgedNak => {
+            f[aeth] = match rng.below(4) {
+                0 => 0x40 | rng.below(32) as u8,
+                1 => 0x60 | rng.below(32) as u8,
+                _ => 0x60 | rng.below(5) as u8,
+            };
+            match rng.below(3) {
+                // a NAK of the request this ACK answers carries the MSN from before it
+                0 => set_msn(&mut f, msn.wrapping_sub(1)),
+                1 => set_psn(&mut f, bth, psn.add(1)),
+                _ => {}
+            }
+        }
+        Kind::RnrNak => {
+            f[aeth] = 0x20 | rng.below(32) as u8;
+            if rng.below(2) == 0 {
+                set_psn(&mut f, bth, psn.add(1));
+            }
+        }
+        Kind::AckPsn => {
+            let d = rng.pick(&[1u32, 2, 8, 64, 127, 128, 1 << 22, (1 << 23) - 1, 1 << 23]);
+            let p = match rng.below(3) {
+                0 => psn.add(d),
+                1 => psn.sub(d),
+                _ => Psn::new(rng.next_u64() as u32 & 0x00ff_ffff),
+            };
+            set_psn(&mut f, bth, p);
+            if rng.below(2) == 0 {
+                let wild = rng.next_u64() as u32;
+                set_msn(&mut f, msn.wrapping_add(rng.pick(&[1u32, 2, 1000, 1 << 23, wild])));
+            }
+        }
+        Kind::Unsolicited => {
+            let n = f.len() - 4;
+            match rng.below(4) {
+                // READ response ONLY / FIRST: AETH, then payload
+                0 | 1 => {
+                    f[bth] = if rng.below(2) == 0 { 0x10 } else { 0x0d };
+                    let len = 4 * rng.below(65) as usize;
+                    let fill = rng.next_u64() as u8;
+                    f.splice(n..n, std::iter::repeat_n(fill, len));
+                }
+                // READ response MIDDLE: no AETH, payload only
+                2 => {
+                    f[bth] = 0x0e;
+                    f.truncate(aeth);
+                    let fill = rng.next_u64() as u8;
+                    f.extend(std::iter::repeat_n(fill, 256));
+                    f.extend_from_slice(&[0; 4]);
+                }
+                // ATOMIC ACKNOWLEDGE: AETH and an AtomicAckETH (the original value)
+                _ => {
+                    f[bth] = 0x12;
+                    f.splice(n..n, rng.next_u64().to_be_bytes());
+                }
+            }
+        }
+        Kind::AckFlood => copies = 16 + rng.below(241) as u32,
+        _ => return None,
+    }
+    reseal(&mut f, true).then_some((f, copies))
 }
 
 #[cfg(test)]
@@ -265,11 +378,42 @@ mod tests {
         b
     }
 
+    /// An RC ACK with PSN 0x100 and MSN 7.
+    fn ack() -> Vec<u8> {
+        let r = crate::sample::frame_repr(uroce_wire::Opcode::RC_ACKNOWLEDGE, 0, false, 0x100);
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b, uroce_wire::UdpChecksum::Zero, |_| {}).unwrap();
+        b
+    }
+
+    #[test]
+    fn response_kinds_make_valid_frames_of_their_class() {
+        let a = ack();
+        let mut rng = Rng::new(11);
+        for k in Kind::ALL.into_iter().filter(|k| k.on_response()) {
+            assert!(mutate(&base(), Psn::new(5), k, &mut rng).is_none(), "{k:?} is not for requests");
+            for _ in 0..200 {
+                let (f, copies) = mutate_response(&a, k, &mut rng).unwrap_or_else(|| panic!("{k:?}: no frame"));
+                let p = uroce_wire::parse_frame_verified(&f).unwrap_or_else(|e| panic!("{k:?}: {e:?}"));
+                let (op, aeth) = (p.roce.bth.opcode, p.roce.ext.aeth);
+                match k {
+                    Kind::ForgedNak => assert!(!matches!(aeth.unwrap().syndrome, uroce_wire::Syndrome::Ack(_))),
+                    Kind::RnrNak => assert!(matches!(aeth.unwrap().syndrome, uroce_wire::Syndrome::RnrNak(_))),
+                    Kind::AckPsn => assert!(f != a),
+                    Kind::Unsolicited => assert_ne!(op, uroce_wire::Opcode::RC_ACKNOWLEDGE),
+                    _ => assert_eq!((f.as_slice(), (16..=256).contains(&copies)), (a.as_slice(), true)),
+                }
+                assert!(k == Kind::AckFlood || copies == 1);
+            }
+        }
+        assert!(mutate_response(&base(), Kind::ForgedNak, &mut rng).is_none(), "only ACKs are mutated");
+    }
+
     #[test]
     fn every_kind_makes_a_frame_whose_icrc_is_good_but_for_bad_icrc() {
         let b = base();
         let mut rng = Rng::new(7);
-        for k in Kind::ALL {
+        for k in Kind::ALL.into_iter().filter(|k| !k.on_response()) {
             for _ in 0..200 {
                 let f = mutate(&b, Psn::new(5), k, &mut rng).unwrap_or_else(|| panic!("{k:?}: no frame"));
                 // (a PSN jump may make an exact duplicate of the request: one of its cases)
@@ -288,7 +432,11 @@ mod tests {
         let b = base();
         let run = |seed| {
             let mut rng = Rng::new(seed);
-            Kind::ALL.iter().map(|&k| mutate(&b, Psn::new(9), k, &mut rng)).collect::<Vec<_>>()
+            Kind::ALL
+                .iter()
+                .filter(|k| !k.on_response())
+                .map(|&k| mutate(&b, Psn::new(9), k, &mut rng))
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(3), run(3));
         // (neighbouring seeds too: a campaign numbers its rounds' seeds)
