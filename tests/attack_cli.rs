@@ -25,7 +25,8 @@ fn prereq(test: &str) -> bool {
     )
 }
 
-fn perf(ns: &str, ifname: &str, host: Option<&str>) -> common::Watched {
+fn perf(ns: &str, ifname: &str, host: Option<&str>, seed: Option<u64>) -> common::Watched {
+    let seed = seed.map(|s| s.to_string());
     let mut c = Command::new("ip");
     c.args([
         "netns",
@@ -44,6 +45,7 @@ fn perf(ns: &str, ifname: &str, host: Option<&str>) -> common::Watched {
         "--counters",
     ])
     .args(host)
+    .args(seed.iter().flat_map(|s| ["--seed", s.as_str()]))
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     common::watch(c.spawn().expect("spawn perf"))
@@ -51,8 +53,13 @@ fn perf(ns: &str, ifname: &str, host: Option<&str>) -> common::Watched {
 
 /// One attack against a fresh connection: the attacker's outcome line.
 fn attack(net: &NetPair, mon: &netns::End, args: &[&str]) -> String {
-    let server = perf(&net.a.ns, &net.a.ifname, None);
-    let client = perf(&net.b.ns, &net.b.ifname, Some(&net.a.ip4.to_string()));
+    attack_seeded(net, mon, args, None)
+}
+
+/// [`attack`], both ends seeded (`uroce perf --seed`: the same QPNs, keys and PSNs each time).
+fn attack_seeded(net: &NetPair, mon: &netns::End, args: &[&str], seed: Option<u64>) -> String {
+    let server = perf(&net.a.ns, &net.a.ifname, None, seed);
+    let client = perf(&net.b.ns, &net.b.ifname, Some(&net.a.ip4.to_string()), seed.map(|s| s + 1));
     let out = Command::new("ip")
         .args(["netns", "exec", &mon.ns, BIN, "attack"])
         .args(args)
@@ -118,4 +125,39 @@ fn the_attack_table_against_uroce() {
     for (a, o, _) in &rows {
         eprintln!("[attack] | {a} | {o} |");
     }
+}
+
+/// The responder's `qp=` in an attack line.
+fn responder_qp(line: &str) -> u32 {
+    let rest = line.split("responder=").nth(1).unwrap_or("");
+    u32::from_str_radix(rest.split("qp=0x").nth(1).and_then(|s| s.split_whitespace().next()).unwrap_or("?"), 16)
+        .unwrap_or_else(|_| panic!("{line}"))
+}
+
+/// Blind guessing against uroce: invalid requests with guessed PSNs (one in 2^24 would land)
+/// leave the connection alone; a QPN scan from rxe's first QPN finds nothing, uroce's QPNs
+/// being random in 24 bits; and the scan's oracle works: started just below the QPN a seeded
+/// responder will have, it finds exactly that QPN.
+#[test]
+fn blind_guessing_against_uroce() {
+    if !prereq("blind_guessing_against_uroce") {
+        return;
+    }
+    let mut net = NetPair::create(&PairConfig { subnet: 144, bridged: true, ..PairConfig::new("qs", 1500) }).unwrap();
+    let mon = net.add_monitor("qs").unwrap();
+    let line = attack(&net, &mon, &["psn-guess", "--count", "20000"]);
+    assert_eq!(outcome(&line), "survived", "{line}");
+    assert!(line.contains("sent=20000"), "{line}");
+    let line = attack(&net, &mon, &["qpn-scan", "--count", "2048"]);
+    let (qp, tried) = (responder_qp(&line), 2048);
+    let inside = (0x11..0x11 + tried).contains(&qp);
+    assert_eq!(outcome(&line), if inside { "found" } else { "not-found" }, "{line}");
+    assert!(line.contains("scan_tried=2048") || inside, "{line}");
+    // the oracle: a seeded server's QPN, then a scan that starts 5 below it
+    let qp = responder_qp(&attack_seeded(&net, &mon, &["observe"], Some(41)));
+    let from = format!("{:#x}", qp.saturating_sub(5));
+    let line = attack_seeded(&net, &mon, &["qpn-scan", "--from", &from, "--count", "64"], Some(41));
+    assert_eq!(responder_qp(&line), qp, "the seed gives the same QPN: {line}");
+    assert_eq!(outcome(&line), "found", "{line}");
+    assert!(line.contains(&format!("found_qp={qp:#08x}")), "{line}");
 }

