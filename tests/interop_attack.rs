@@ -6,8 +6,12 @@
 //! and on-path error NAKs. rxe checks only addresses (`check_addr`) and a NAK's PSN, so every
 //! one of them ends its connection, where uroce (`tests/attack_cli.rs`) drops the first three
 //! kinds. The NAK rows race uroce's real ACKs into a slow (TCG) guest, so they are reported,
-//! not asserted. rxe's QPNs are seen to come one after another (predictable). The rows are
-//! printed, and appended to `UROCE_IX_REPORT` when set.
+//! not asserted. Blind PSN guessing is reported; a QPN scan from 0x11 finds rxe's live QP
+//! (its QPNs count up), answered by its PSN-sequence NAK. rxe's QPNs are seen to come one
+//! after another (predictable). A guest that dies under an attack is a finding (the kernel's
+//! words and the console log are kept; once, trixie's rxe died of a double fault in
+//! `rxe_requester` under the blind NAK flood), and the table goes on with a new guest. The
+//! rows are printed, and appended to `UROCE_IX_REPORT` when set.
 //!
 //! Needs root, QEMU, `nft` and the guest images (`rxe-compat/interop/`); skips with a printed
 //! reason, or fails under `CI=1`.
@@ -41,12 +45,6 @@ fn trixie_attacks() {
     }
     let t0 = Instant::now();
     let lab = Lab::new(&test).expect("lab");
-    let spec = GuestSpec::new(flavour)
-        .name(&format!("at-{flavour}"))
-        .addr(&format!("{GUEST_V4}/24"))
-        .hold()
-        .timeout(Duration::from_secs(3600));
-    let guest = lab.boot(spec).expect("boot");
     let ns = format!("{}-a{}", lab.netns(), &flavour.as_str()[..1]);
     #[rustfmt::skip]
     let port = BridgePort::attach(lab.netns(), harness::BRIDGE, &ns, "eth0", (UROCE_V4, 24), None, 1500, UROCE_MAC)
@@ -55,21 +53,44 @@ fn trixie_attacks() {
     #[rustfmt::skip]
     let attacker = BridgePort::attach(lab.netns(), harness::BRIDGE, &ans, "eth0", (ATTACKER_V4, 24), None, 1500, ATTACKER_MAC)
         .expect("attach the attacker's namespace");
-    guest.wait_ready(Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
-    netns::mirror(lab.netns(), &[guest.tap(), &port.bridge_side], &attacker.bridge_side).expect("mirror port");
+    // A guest, its tap mirrored to the attacker with uroce's port (again after a crash: the
+    // new guest has a new tap).
+    let boot = |n: u32| {
+        let spec = GuestSpec::new(flavour)
+            .name(&format!("at-{flavour}-{n}"))
+            .addr(&format!("{GUEST_V4}/24"))
+            .hold()
+            .timeout(Duration::from_secs(3600));
+        let guest = lab.boot(spec).expect("boot");
+        guest.wait_ready(Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
+        let _ = netns::exec(
+            lab.netns(),
+            &["nft", "delete", "table", "netdev", &format!("mirror_{}", attacker.bridge_side)],
+        );
+        netns::mirror(lab.netns(), &[guest.tap(), &port.bridge_side], &attacker.bridge_side).expect("mirror port");
+        guest
+    };
+    let mut boots = 0;
+    let mut guest = boot(boots);
     eprintln!("[attack] {flavour} guest ready ({:?} with the lab)", t0.elapsed());
-    let console =
-        |cmd: &str, t: u64| guest.console_run(cmd, Duration::from_secs(t)).unwrap_or_else(|e| panic!("console: {e}"));
-    let mut rows = Vec::new();
+    // (attack, rxe's side, outcome, the attack's line, the guest it ran against)
+    let mut rows: Vec<(String, bool, String, String, u32)> = Vec::new();
+    let mut findings = Vec::new();
     // (attack, rxe's side) — rxe the responder (uroce the client), or the requester
-    let table: [(&[&str], bool); 5] = [
+    let table: [(&[&str], bool); 7] = [
         (&["kill-qp", "--spoof", "own-mac"], true),
         (&["kill-qp", "--spoof", "other-port"], true),
         (&["kill-qp", "--spoof", "full"], true),
         (&["nak-flood", "--count", "300000"], false),
         (&["nak-on-path"], false),
+        (&["psn-guess", "--count", "20000"], true),
+        (&["qpn-scan", "--count", "256", "--probe-us", "20000"], true),
     ];
-    for (args, rxe_responds) in table {
+    // UROCE_ATTACK_CRASH_ROW=N crashes the guest (sysrq) during row N: how the crash path is
+    // checked, a real rxe crash being rare
+    let crash_row: Option<usize> = std::env::var("UROCE_ATTACK_CRASH_ROW").ok().and_then(|v| v.parse().ok());
+    for (i, (args, rxe_responds)) in table.into_iter().enumerate() {
+        let console = |cmd: &str, t: u64| guest.console_run(cmd, Duration::from_secs(t)).ok();
         let collect = "i=0; while [ ! -s /tmp/s.rc ] && [ $i -lt 400 ]; do sleep 0.1; i=$((i+1)); done; \
                        echo \"==R\"\"C==$(cat /tmp/s.rc)\"";
         let uroce_perf = |host: Option<String>| {
@@ -88,36 +109,72 @@ fn trixie_attacks() {
         let start = format!("rm -f /tmp/s.rc; (timeout 60 {guest_cmd} > /tmp/s.out 2>&1; echo $? > /tmp/s.rc) & true");
         let argv: Vec<&str> = uroce.iter().map(String::as_str).collect();
         let p = if rxe_responds {
-            assert_eq!(console(&start, 30).0, 0);
-            assert_eq!(console(ix::GUEST_WAIT_LISTEN, 60).0, 0, "ib_write_bw is not listening");
+            assert_eq!(console(&start, 30).map(|o| o.0), Some(0), "{args:?}: the guest's console");
+            assert_eq!(console(ix::GUEST_WAIT_LISTEN, 60).map(|o| o.0), Some(0), "ib_write_bw is not listening");
             Proc::spawn_in(&port.ns, &argv)
         } else {
             let mut p = Proc::spawn_in(&port.ns, &argv);
             let pid = p.pid();
             assert!(ix::poll_until(Duration::from_secs(30), || ix::listening(pid, 18515) || !p.running()));
-            assert_eq!(console(&start, 30).0, 0);
+            assert_eq!(console(&start, 30).map(|o| o.0), Some(0), "{args:?}: the guest's console");
             p
         };
         let mut a: Vec<&str> = vec![ix::BIN, "attack"];
         a.extend(args);
         a.extend(["-i", "eth0", "--watch-ms", "1500", "--learn-timeout", "40"]);
-        let done = Proc::spawn_in(&attacker.ns, &a).wait(Duration::from_secs(120));
+        let attack = Proc::spawn_in(&attacker.ns, &a);
+        if crash_row == Some(i) {
+            std::thread::sleep(Duration::from_secs(2));
+            let _ = guest.console_run("echo c > /proc/sysrq-trigger", Duration::from_secs(5));
+        }
+        let done = attack.wait(Duration::from_secs(120));
         let ours = p.wait(Duration::from_secs(90));
-        let theirs = console(collect, 60).1;
-        assert!(done.ok(), "{args:?}: uroce attack failed\n{}", done.text());
+        let theirs = console(collect, 60).map(|o| o.1);
         let line = done.stdout.lines().find(|l| l.starts_with("uroce-attack:")).unwrap_or("").to_string();
-        eprintln!("[attack] {flavour} {args:?} (rxe {}): {line}", if rxe_responds { "responder" } else { "requester" });
+        let side = if rxe_responds { "responder" } else { "requester" };
+        // a guest that stopped answering: rxe (or its kernel) died under the attack — a finding,
+        // with the kernel's own words; the table goes on with a new guest
+        if theirs.is_none() || console("echo alive", 20).is_none() {
+            let log = guest.output();
+            let oops: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    ["Oops", "BUG", "panic", "general protection", "RIP:", "rxe_"].iter().any(|k| l.contains(k))
+                })
+                .take(12)
+                .collect();
+            let keep = std::env::temp_dir().join(format!("uroce-attack-finding-{flavour}-{i}.log"));
+            let _ = std::fs::write(&keep, &log);
+            let finding = format!(
+                "`uroce attack {}` (rxe {side}): the guest died\n{}\n  console log: {}",
+                args.join(" "),
+                oops.join("\n"),
+                keep.display()
+            );
+            eprintln!("[attack] FINDING {finding}");
+            findings.push(finding);
+            rows.push((args.join(" "), rxe_responds, "rxe crashed".into(), line, boots));
+            guest.kill();
+            boots += 1;
+            guest = boot(boots);
+            continue;
+        }
+        assert!(done.ok(), "{args:?}: uroce attack failed\n{}", done.text());
+        eprintln!("[attack] {flavour} {args:?} (rxe {side}): {line}");
         eprintln!(
             "[attack]   uroce's side exit {:?}; rxe's {}",
             ours.status.map(|s| s.code()),
-            theirs.lines().last().unwrap_or("")
+            theirs.as_deref().and_then(|t| t.lines().last()).unwrap_or("")
         );
-        rows.push((args.join(" "), rxe_responds, outcome(&line).to_string(), line));
+        rows.push((args.join(" "), rxe_responds, outcome(&line).to_string(), line, boots));
     }
     let mut md =
         format!("\n### uroce attack against rxe ({flavour})\n\n| attack | rxe as | outcome |\n|---|---|---|\n");
-    for (a, resp, o, _) in &rows {
+    for (a, resp, o, _, _) in &rows {
         md += &format!("| `{a}` | {} | {o} |\n", if *resp { "responder" } else { "requester" });
+    }
+    for f in &findings {
+        md += &format!("\nFinding: {f}\n");
     }
     eprintln!("[attack] {flavour}:{md}");
     if let Some(f) = std::env::var_os("UROCE_IX_REPORT").filter(|v| !v.is_empty()) {
@@ -127,22 +184,33 @@ fn trixie_attacks() {
     }
     // rxe's QPNs, as the attacker saw them connection after connection: one apart (a
     // predictable sequence, where uroce draws them from the OS CSPRNG)
-    let rxe_qpns: Vec<u32> = rows
+    let rxe_qpns: Vec<(u32, u32)> = rows
         .iter()
-        .filter_map(|(_, resp, _, line)| {
+        .filter(|r| r.2 != "rxe crashed")
+        .filter_map(|(_, resp, _, line, boot)| {
             let side = if *resp { "responder=" } else { "requester=" };
             let rest = line.split(side).nth(1)?;
-            u32::from_str_radix(rest.split("qp=0x").nth(1)?.split_whitespace().next()?, 16).ok()
+            Some((*boot, u32::from_str_radix(rest.split("qp=0x").nth(1)?.split_whitespace().next()?, 16).ok()?))
         })
         .collect();
-    eprintln!("[attack] rxe's QPNs, one connection after another: {rxe_qpns:x?}");
-    assert_eq!(rxe_qpns.len(), rows.len());
-    assert!(rxe_qpns.windows(2).all(|w| w[1] == w[0] + 1), "rxe's QPNs: {rxe_qpns:x?}");
+    eprintln!("[attack] rxe's QPNs (guest, QPN), one connection after another: {rxe_qpns:x?}");
+    assert_eq!(rxe_qpns.len() + findings.len(), rows.len());
+    assert!(
+        rxe_qpns.windows(2).all(|w| w[0].0 != w[1].0 || w[1].1 == w[0].1 + 1),
+        "rxe's QPNs in one guest: {rxe_qpns:x?}"
+    );
     // rxe checks addresses only: the attacker's MAC and another UDP port are not refused
     // (the NAK rows race the real ACKs through a slow guest: reported, not asserted)
-    for (a, _, o, line) in &rows {
+    for (a, _, o, line, _) in rows.iter().filter(|r| r.2 != "rxe crashed") {
         if a.starts_with("kill-qp") {
             assert_eq!(o, "killed", "{a}: {line}");
+        }
+        // rxe's QPNs count up from 0x11: a scan from there finds the live one, and it is the
+        // responder's (uroce's, random in 24 bits, are not found: tests/attack_cli.rs)
+        if a.starts_with("qpn-scan") {
+            assert_eq!(o, "found", "{a}: {line}");
+            let qp = line.split("responder=").nth(1).and_then(|r| r.split("qp=").nth(1)).unwrap_or("");
+            assert!(line.contains(&format!("found_qp={}", qp.split_whitespace().next().unwrap_or("?"))), "{line}");
         }
     }
 }

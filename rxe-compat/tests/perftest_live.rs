@@ -110,9 +110,9 @@ fn live(flavour: Flavour, version: &str) {
         script += &format!("echo '=== S {t:?}'; {cmd} -d rxe0 -x 1 -F --report_gbits -n 5; echo \"RC=$?\"\n");
     }
     script += "echo '=== C WriteBw'; timeout 10 ib_write_bw -d rxe0 -x 1 -F -n 5 10.77.0.1; echo \"RC=$?\"\n";
-    // The pingpongs' `timeout` bounds a stalled exchange, and includes the program's start in
-    // a TCG guest on a loaded host (the exchange done, it stalls until killed): 10 s was once too short for the host to connect in time
-    // (the server gone, then the guest: "No route to host").
+    // Each pingpong stalls after its exchange until `timeout` ends it; the time includes the
+    // program's start in a TCG guest on a loaded host, and 10 s was once too short for the
+    // host to connect in time (the server gone, then the guest: "No route to host").
     script += "echo '=== PP S'; timeout 20 ibv_rc_pingpong -d rxe0 -g 1 -n 5; echo \"RC=$?\"\n";
     script += "echo '=== PP C'; timeout 20 ibv_rc_pingpong -d rxe0 -g 1 -n 5 10.77.0.1; echo \"RC=$?\"\n";
     script += "echo '=== END'\n";

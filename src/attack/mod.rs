@@ -67,11 +67,30 @@ pub struct Learned {
 pub struct Learner {
     /// What it knows.
     pub l: Learned,
+    /// Hashes of the frames the attacker sent: a mirror port shows them again, and they must
+    /// not pass for the connection's (a probe's PSN is not the requester's).
+    own: std::collections::HashSet<u64>,
+}
+
+/// FNV-1a of a frame.
+fn frame_hash(f: &[u8]) -> u64 {
+    f.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 impl Learner {
+    /// The attacker sent `frame`: when the segment shows it again, it is not the connection's.
+    pub fn sent(&mut self, frame: &[u8]) {
+        if self.own.len() >= 1 << 20 {
+            self.own.clear();
+        }
+        self.own.insert(frame_hash(frame));
+    }
+
     /// Account one frame seen on the segment at `now`.
     pub fn see(&mut self, now: Instant, frame: &[u8]) {
+        if !self.own.is_empty() && self.own.contains(&frame_hash(frame)) {
+            return;
+        }
         let Ok(p) = uroce_wire::parse_frame(frame) else { return };
         let (Some(eth), IpRepr::V4(ip)) = (p.eth, p.ip) else { return };
         let bth = p.roce.bth;
@@ -272,5 +291,10 @@ mod tests {
         assert_eq!(l.l.responder.unwrap().qpn, Some(9));
         assert_eq!(l.l.reth.unwrap().rkey, 0x77);
         assert!(!l.ready(), "no ACK seen yet");
+        // the attacker's own frames, shown again by the mirror port, teach it nothing
+        let mut l = Learner::default();
+        l.sent(&f);
+        l.see(Instant::now(), &f);
+        assert!(l.l.requester.is_none() && l.l.psn.is_none() && l.l.requests == 0);
     }
 }

