@@ -19,6 +19,8 @@ use uroce_transport::*;
 use uroce_wire::*;
 
 const GUARD: u8 = 0xa5;
+// (checked with one slice comparison: a byte loop is a traced comparison per byte under
+// `-fsanitize-coverage`, which took 40 % of the executions' time)
 const BASE: u64 = 0x20_0000;
 const PAGE: usize = 4096;
 const MTU: usize = 256;
@@ -236,7 +238,7 @@ fn answer(r: &Rig, d: &[u8]) -> Option<Vec<u8>> {
 fn check(r: &mut Rig) {
     for key in r.guards {
         let mr = r.dev.mr(key).expect("regions stay");
-        assert!(mr.as_slice().iter().all(|&b| b == GUARD), "guard region {key:#x} was written");
+        assert!(mr.as_slice() == &[GUARD; PAGE][..], "guard region {key:#x} was written");
     }
     let mut wc = [WorkCompletion::default(); 64];
     loop {

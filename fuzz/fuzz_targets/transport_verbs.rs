@@ -16,6 +16,8 @@ use uroce_transport::sim::{LinkConfig, Network};
 use uroce_transport::*;
 
 const CANARY: u8 = 0xa5;
+// (checked with one slice comparison: a byte loop is a traced comparison per byte under
+// `-fsanitize-coverage`, which took 40 % of the executions' time)
 const LEN: usize = 4096;
 
 struct Side {
@@ -76,7 +78,7 @@ fn rig(cfg: &[u8]) -> Rig {
 fn check(r: &mut Rig) {
     for (node, s) in r.sides.iter().enumerate() {
         let mr = r.net.dev(node).mr(s.canary.lkey).expect("canaries are never deregistered");
-        assert!(mr.as_slice().iter().all(|&b| b == CANARY), "node {node}'s canary region was written");
+        assert!(mr.as_slice() == &[CANARY; LEN][..], "node {node}'s canary region was written");
     }
     for node in 0..2 {
         let (cq, destroyed, qpn) = (r.sides[node].cq, r.sides[node].destroyed, r.sides[node].qpn);
