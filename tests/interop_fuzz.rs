@@ -177,14 +177,30 @@ fn trixie_fuzz_campaign() {
     for f in &findings {
         eprintln!("[fuzz] FINDING {f}");
     }
+    // the same bug found in several rounds counts once: by its kernel signature
+    let mut distinct: std::collections::BTreeMap<String, Vec<&String>> = Default::default();
+    for f in &findings {
+        distinct.entry(ix::finding_signature(f)).or_default().push(f);
+    }
+    for (sig, fs) in &distinct {
+        eprintln!(
+            "[fuzz] distinct finding ({} rounds): {sig}\n  first: {}",
+            fs.len(),
+            fs[0].lines().next().unwrap_or("")
+        );
+    }
     if let Some(f) = std::env::var_os("UROCE_IX_REPORT").filter(|v| !v.is_empty()) {
         use std::io::Write as _;
         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(f).expect("report file");
         let _ = writeln!(
             f,
-            "\n### uroce fuzz against rxe ({flavour}): {rounds} rounds\n\n{table}\nfindings: {}\n",
-            findings.len()
+            "\n### uroce fuzz against rxe ({flavour}): {rounds} rounds\n\n{table}\nfindings: {} ({} distinct)\n",
+            findings.len(),
+            distinct.len()
         );
+        for (sig, fs) in &distinct {
+            let _ = writeln!(f, "- distinct: `{sig}` ({} rounds)", fs.len());
+        }
         for x in &findings {
             let _ = writeln!(f, "- {x}");
         }
@@ -192,4 +208,27 @@ fn trixie_fuzz_campaign() {
     if findings.is_empty() {
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// Findings of one bug in different rounds share a signature; another bug has another.
+#[test]
+fn findings_are_counted_once_per_signature() {
+    let a = "round 3: kernel: [   15.477172] traps: PANIC: double fault, error_code: 0x0\n\
+             [   15.478488] Oops: double fault: 0000 [#1] SMP NOPTI\n\
+             [   15.486824]  rxe_init_packet+0xa0/0x150 [rdma_rxe]\n[   15.486916]  rxe_requester+0x2ef/0x10a0 [rdma_rxe]";
+    let b = "round 7: kernel: [  201.000001] traps: PANIC: double fault, error_code: 0x0\n\
+             [  201.100002] Oops: double fault: 0000 [#1] SMP NOPTI\n\
+             [  201.200003]  rxe_init_packet+0xb0/0x150 [rdma_rxe]";
+    let c = "round 9: kernel: [    9.1] BUG: kernel NULL pointer dereference, address: 0000000000000008\n\
+             [    9.2]  rxe_completer+0x41/0xe80 [rdma_rxe]";
+    let oops = ix::finding_signature("[   15.478488] Oops: double fault: 0000 [#1] SMP NOPTI");
+    assert_eq!(oops, "Oops: double fault: # [##] SMP NOPTI");
+    let (sa, sb, sc) = (ix::finding_signature(a), ix::finding_signature(b), ix::finding_signature(c));
+    assert_eq!(sa, sb);
+    assert_eq!(sa, "traps: PANIC: double fault, error_code: # in rxe_init_packet");
+    assert_ne!(sa, sc);
+    assert_eq!(sc, "BUG: kernel NULL pointer dereference, address: # in rxe_completer");
+    let hang = ix::finding_signature("round 2: the stock ib_write_bw did not exit (hang)");
+    assert_eq!(hang, "round #: the stock ib_write_bw did not exit (hang)");
+    assert_eq!(hang, ix::finding_signature("round 5: the stock ib_write_bw did not exit (hang)"));
 }

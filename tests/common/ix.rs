@@ -622,3 +622,72 @@ pub fn bw_row(out: &str) -> Option<Vec<f64>> {
     lines.next()?;
     lines.map(|l| l.split_whitespace().map_while(|x| x.parse().ok()).collect::<Vec<f64>>()).find(|v| v.len() >= 4)
 }
+
+/// What two findings share when they are the same bug, to count them once: the kernel's first
+/// splat line (`BUG`, `WARNING`, `Oops`, `general protection`, `KASAN`, `refcount_t`, `hung
+/// task`, `soft lockup`, a panic) with its timestamp, addresses, offsets and numbers blanked,
+/// then the first rxe function of the trace; without a splat, the finding's first line so
+/// blanked (a hang, a silent console).
+pub fn finding_signature(text: &str) -> String {
+    const SPLATS: [&str; 10] = [
+        "BUG",
+        "WARNING",
+        "Oops",
+        "general protection",
+        "KASAN",
+        "refcount_t",
+        "hung task",
+        "soft lockup",
+        "panic",
+        "double fault",
+    ];
+    let blank = |line: &str| -> String {
+        // what follows a "[   15.478488]" timestamp (wherever it is), then blank every token
+        // that is or holds a number
+        let mut line = line;
+        while let Some((_, rest)) = line.split_once('[') {
+            match rest.split_once(']') {
+                Some((t, after)) if t.trim().parse::<f64>().is_ok() => line = after,
+                _ => break,
+            }
+        }
+        line.split_whitespace()
+            .map(|w| {
+                let hexlike = w.trim_start_matches("0x").len() >= 6
+                    && w.trim_start_matches("0x").chars().all(|c| c.is_ascii_hexdigit());
+                if hexlike || w.starts_with("0x") {
+                    "#".to_string()
+                } else {
+                    // "rxe_requester+0x2ef/0x10a0" keeps its name; "#1" and "12" become "#"
+                    let name = w.split('+').next().unwrap_or(w);
+                    let mut out = String::new();
+                    let mut digits = false;
+                    for c in name.chars() {
+                        if c.is_ascii_digit() {
+                            if !digits {
+                                out.push('#');
+                            }
+                            digits = true;
+                        } else {
+                            out.push(c);
+                            digits = false;
+                        }
+                    }
+                    out
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let splat = text.lines().find(|l| SPLATS.iter().any(|s| l.contains(s)));
+    let rxe = text
+        .lines()
+        .flat_map(str::split_whitespace)
+        .find(|w| w.starts_with("rxe_") && w.contains('+'))
+        .and_then(|w| w.split('+').next());
+    match (splat, rxe) {
+        (Some(s), Some(f)) => format!("{} in {f}", blank(s)),
+        (Some(s), None) => blank(s),
+        _ => blank(text.lines().next().unwrap_or("")),
+    }
+}
