@@ -449,6 +449,15 @@ impl Checker {
 
 /// Run one side end to end; the address and result lines go to `out`.
 pub fn run(cfg: &PingpongConfig, out: &mut dyn Write) -> Result<Summary> {
+    run_tapped(cfg, out, None)
+}
+
+/// [`run`] with `tap` between the engine and the wire (`uroce fuzz pingpong`).
+pub fn run_tapped(
+    cfg: &PingpongConfig,
+    out: &mut dyn Write,
+    tap: Option<Box<dyn uroce_io::tap::Tap>>,
+) -> Result<Summary> {
     let local_ip = pick_local_ip(cfg)?;
     let mut port = Port::open(PortConfig {
         ifname: cfg.ifname.clone(),
@@ -463,6 +472,7 @@ pub fn run(cfg: &PingpongConfig, out: &mut dyn Write) -> Result<Summary> {
         },
         cc: Default::default(),
     })?;
+    port.set_tap(tap);
     let active = port.device_ref().config().active_mtu;
     let mtu = if cfg.mtu > active {
         tracing::warn!(

@@ -134,6 +134,41 @@ fn uroce_survives_forged_acknowledgements() {
     assert!(dropped > 0, "the target's requester counted none of them");
 }
 
+/// `uroce fuzz pingpong`: an rc_pingpong exchange carries the hostile frames (both ends send:
+/// requests and forged acknowledgements); the target, `uroce pingpong`, survives every round.
+#[test]
+fn uroce_survives_fuzzing_over_pingpong() {
+    if !prereq("uroce_survives_fuzzing_over_pingpong") {
+        return;
+    }
+    let net = NetPair::create(&PairConfig { subnet: 145, ..PairConfig::new("fp", 1500) }).unwrap();
+    let mut injected = 0;
+    for seed in 1..=3u64 {
+        let mut s = Command::new("ip");
+        s.args(["netns", "exec", &net.a.ns, BIN, "pingpong", "-d", &net.a.ifname, "-s", "4096", "-n", "400", "-c"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let server = common::watch(s.spawn().expect("spawn server"));
+        let (host, seed_s) = (net.a.ip4.to_string(), seed.to_string());
+        let out = Command::new("ip")
+            .args(["netns", "exec", &net.b.ns, BIN, "fuzz", "pingpong", &host, "-d", &net.b.ifname, "-s", "4096"])
+            .args(["-n", "400", "-c", "--every", "16", "--fuzz-seed", &seed_s])
+            .output()
+            .expect("uroce fuzz pingpong");
+        let so = server.finish("the fuzzed uroce pingpong (a hang is a finding)", Duration::from_secs(60));
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let server_err = String::from_utf8_lossy(&so.stderr).to_string();
+        assert!(out.status.success(), "seed {seed}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(so.status.code().is_some(), "seed {seed}: the server died of a signal\n{server_err}");
+        assert!(!server_err.contains("panicked"), "seed {seed}: the server panicked\n{server_err}");
+        let summary = stdout.lines().find(|l| l.starts_with("uroce-fuzz:")).expect("summary").to_string();
+        assert!(field(&summary, "requests") > 0 && field(&summary, "acks") > 0, "seed {seed}: {summary}");
+        injected += field(&summary, "injected");
+        eprintln!("[fuzz] pingpong seed {seed}: {summary}");
+    }
+    assert!(injected >= 5, "{injected} hostile frames in all");
+}
+
 #[test]
 fn a_seed_replays_the_same_hostile_frames() {
     if !prereq("a_seed_replays_the_same_hostile_frames") {

@@ -1,20 +1,49 @@
 //! `uroce fuzz <test> HOST [perftest flags] [--fuzz-seed S] [--every N] [--kinds K,..]`: a
-//! perftest run to the target with hostile frames mixed into one QP's flow ([`crate::fuzz`]).
+//! perftest run to the target with hostile frames mixed into one QP's flow ([`crate::fuzz`]);
+//! `uroce fuzz pingpong HOST [rc_pingpong flags] [...]`: the same over an `ibv_rc_pingpong`
+//! exchange.
 
 use super::perf_cmd::{self, PerfArgs};
+use super::pingpong_cmd::{self, PingpongArgs};
 use crate::fuzz::{FuzzConfig, FuzzTap, Kind};
 use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// `uroce fuzz`'s flags: perftest's, plus what to inject and where the record goes.
+/// `uroce fuzz`'s flags: perftest's (or, after `pingpong`, rc_pingpong's), plus what to inject
+/// and where the record goes.
 #[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct FuzzArgs {
+    /// `uroce fuzz pingpong HOST [rc_pingpong flags] [fuzz flags]`: the flow is an
+    /// `ibv_rc_pingpong` exchange with the target's stock server (both ends send, so uroce's
+    /// ACKs to its requester carry the response kinds too).
+    #[command(subcommand)]
+    carrier: Option<Carrier>,
     /// The perftest run carrying the flow (any test; HOST, the target's perftest server, is
     /// required) and its flags, as for `uroce perf`.
     #[command(flatten)]
-    perf: PerfArgs,
+    perf: Option<PerfArgs>,
+    #[command(flatten)]
+    opts: FuzzOpts,
+}
+
+/// Another carrier than perftest.
+#[derive(clap::Subcommand, Debug)]
+pub enum Carrier {
+    /// An `ibv_rc_pingpong` exchange with the target's server (its flags, as `uroce pingpong`).
+    Pingpong {
+        #[command(flatten)]
+        pp: PingpongArgs,
+        #[command(flatten)]
+        opts: FuzzOpts,
+    },
+}
+
+/// What to inject, and where the record goes.
+#[derive(clap::Args, Debug)]
+pub struct FuzzOpts {
     /// Seed of the mutations (a campaign is replayed by its seed).
     #[arg(long, default_value_t = 1)]
     fuzz_seed: u64,
@@ -23,8 +52,8 @@ pub struct FuzzArgs {
     every: u32,
     /// Mutation kinds, comma-separated (default: all): of requests any_opcode,
     /// opcode_sequence, psn_jump, pad, reth, atomic, truncated, over_long, corrupt, bad_icrc,
-    /// wrong_qp; of uroce's ACKs to the target's requester (a latency test, where both ends
-    /// send) forged_nak, rnr_nak, ack_psn, unsolicited, ack_flood.
+    /// wrong_qp; of uroce's ACKs to the target's requester (a latency test or pingpong, where
+    /// both ends send) forged_nak, rnr_nak, ack_psn, unsolicited, ack_flood.
     #[arg(long, value_delimiter = ',')]
     kinds: Vec<String>,
     /// At most this many hostile frames.
@@ -65,10 +94,41 @@ fn kinds(names: &[String]) -> Result<Vec<Kind>> {
 
 /// `uroce fuzz`.
 pub fn run(a: &FuzzArgs) -> Result<ExitCode> {
-    let mut cfg = perf_cmd::config(&a.perf)?;
-    if cfg.host.is_none() {
-        bail!("uroce fuzz needs HOST: the target's perftest server");
+    match (&a.carrier, &a.perf) {
+        (Some(Carrier::Pingpong { pp, opts }), _) => {
+            let mut cfg = pingpong_cmd::config(pp)?;
+            if cfg.host.is_none() {
+                bail!("uroce fuzz pingpong needs HOST: the target's ibv_rc_pingpong server");
+            }
+            let host = cfg.host.clone().unwrap_or_default();
+            fuzz(opts, &host, |tap, wire| {
+                cfg.pcap = cfg.pcap.take().or(wire);
+                let mut out = std::io::stderr();
+                crate::pingpong::run_tapped(&cfg, &mut out, Some(tap)).map(|_| ())
+            })
+        }
+        (None, Some(perf)) => {
+            let mut cfg = perf_cmd::config(perf)?;
+            if cfg.host.is_none() {
+                bail!("uroce fuzz needs HOST: the target's perftest server");
+            }
+            let host = cfg.host.clone().unwrap_or_default();
+            fuzz(&a.opts, &host, |tap, wire| {
+                cfg.pcap = cfg.pcap.take().or(wire);
+                crate::perf::run_tapped(cfg, Box::new(std::io::stderr()), Some(tap)).map(|_| ())
+            })
+        }
+        (None, None) => bail!("uroce fuzz needs a perftest test (write_bw, ...) or pingpong, and HOST"),
     }
+}
+
+/// One fuzz run: `carry` runs the legitimate flow with the fuzz tap, capturing into the
+/// record's `wire.pcap` (the path it is given) unless a capture was asked for.
+fn fuzz(
+    a: &FuzzOpts,
+    host: &str,
+    carry: impl FnOnce(Box<dyn uroce_io::tap::Tap>, Option<PathBuf>) -> Result<()>,
+) -> Result<ExitCode> {
     if !(0.0..=1.0).contains(&a.in_window) {
         bail!("--in-window must be between 0 and 1");
     }
@@ -80,26 +140,22 @@ pub fn run(a: &FuzzArgs) -> Result<ExitCode> {
         in_window: a.in_window,
         only: a.only.as_ref().map(|v| v.iter().copied().collect()),
     };
-    let host = cfg.host.clone().unwrap_or_default();
-    let injected = match &a.out {
+    let (injected, wire) = match &a.out {
         Some(d) => {
             std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
             // what `uroce replay DIR` runs again: these arguments, this target
             let argv: Vec<String> = std::env::args().skip(1).collect();
             std::fs::write(d.join(ARGV), argv.join("\n") + "\n").with_context(|| format!("write {}", d.display()))?;
             std::fs::write(d.join(TARGET), format!("{host}\n")).with_context(|| format!("write {}", d.display()))?;
-            if cfg.pcap.is_none() {
-                cfg.pcap = Some(d.join("wire.pcap"));
-            }
-            Some(d.join("injected.pcap"))
+            (Some(d.join("injected.pcap")), Some(d.join("wire.pcap")))
         }
-        None => None,
+        None => (None, None),
     };
     let (tap, log) = FuzzTap::new(fc, injected.as_deref())?;
-    let outcome = crate::perf::run_tapped(cfg, Box::new(std::io::stderr()), Some(Box::new(tap)));
+    let outcome = carry(Box::new(tap), wire);
     let log = log.lock().map(|l| l.clone()).unwrap_or_default();
     let legit = match &outcome {
-        Ok(_) => "legit=completed".to_string(),
+        Ok(()) => "legit=completed".to_string(),
         Err(e) => format!("legit=failed ({e:#})"),
     };
     let summary = format!("{} {legit}", log.summary(a.fuzz_seed));
