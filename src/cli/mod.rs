@@ -76,7 +76,7 @@ enum Command {
     /// mixed into one QP's live flow (opcode-sequence violations, PSN jumps, pad and length
     /// mismatches, wild RETHs, misaligned atomics, truncated and over-long frames, corrupt
     /// headers with good and bad ICRCs, other QPNs), aimed at the PSN the peer expects.
-    Fuzz(fuzz_cmd::FuzzArgs),
+    Fuzz(Box<fuzz_cmd::FuzzArgs>),
     /// Run a `uroce fuzz --out DIR` record again (`--only` some of its hostile frames), or
     /// minimise it (`--minimise --check CMD`): delta debugging down to the frames that still
     /// reproduce the finding.
