@@ -22,9 +22,9 @@ pub struct FuzzArgs {
     #[command(subcommand)]
     carrier: Option<Carrier>,
     /// The perftest run carrying the flow (any test; HOST, the target's perftest server, is
-    /// required) and its flags, as for `uroce perf`.
+    /// required) and its flags, as for `uroce perf` (unused after `pingpong`).
     #[command(flatten)]
-    perf: Option<PerfArgs>,
+    perf: PerfArgs,
     #[command(flatten)]
     opts: FuzzOpts,
 }
@@ -94,8 +94,8 @@ fn kinds(names: &[String]) -> Result<Vec<Kind>> {
 
 /// `uroce fuzz`.
 pub fn run(a: &FuzzArgs) -> Result<ExitCode> {
-    match (&a.carrier, &a.perf) {
-        (Some(Carrier::Pingpong { pp, opts }), _) => {
+    match &a.carrier {
+        Some(Carrier::Pingpong { pp, opts }) => {
             let mut cfg = pingpong_cmd::config(pp)?;
             if cfg.host.is_none() {
                 bail!("uroce fuzz pingpong needs HOST: the target's ibv_rc_pingpong server");
@@ -107,8 +107,8 @@ pub fn run(a: &FuzzArgs) -> Result<ExitCode> {
                 crate::pingpong::run_tapped(&cfg, &mut out, Some(tap)).map(|_| ())
             })
         }
-        (None, Some(perf)) => {
-            let mut cfg = perf_cmd::config(perf)?;
+        None => {
+            let mut cfg = perf_cmd::config(&a.perf)?;
             if cfg.host.is_none() {
                 bail!("uroce fuzz needs HOST: the target's perftest server");
             }
@@ -118,7 +118,6 @@ pub fn run(a: &FuzzArgs) -> Result<ExitCode> {
                 crate::perf::run_tapped(cfg, Box::new(std::io::stderr()), Some(tap)).map(|_| ())
             })
         }
-        (None, None) => bail!("uroce fuzz needs a perftest test (write_bw, ...) or pingpong, and HOST"),
     }
 }
 
@@ -300,4 +299,30 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
         a.dir.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        a: FuzzArgs,
+    }
+
+    #[test]
+    /// `uroce fuzz TEST HOST ...` (perftest) and `uroce fuzz pingpong HOST ...` both parse,
+    /// each with its own fuzz flags.
+    fn both_carriers_parse() {
+        let c = Cli::try_parse_from(["fuzz", "write_bw", "10.0.0.1", "-s", "64", "--fuzz-seed", "3"]).unwrap();
+        assert!(c.a.perf.test() == crate::perf::Test::WriteBw && c.a.carrier.is_none(), "{c:?}");
+        assert_eq!(c.a.opts.fuzz_seed, 3);
+        let c = Cli::try_parse_from(["fuzz", "read_bw", "10.0.0.1"]).unwrap();
+        assert!(c.a.perf.test() == crate::perf::Test::ReadBw, "{c:?}");
+        assert!(Cli::try_parse_from(["fuzz", "10.0.0.1"]).is_err(), "a test or pingpong is needed");
+        let c = Cli::try_parse_from(["fuzz", "pingpong", "10.0.0.1", "-d", "eth0", "--fuzz-seed", "4"]).unwrap();
+        assert!(matches!(&c.a.carrier, Some(Carrier::Pingpong { opts, .. }) if opts.fuzz_seed == 4), "{c:?}");
+    }
 }

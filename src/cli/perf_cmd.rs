@@ -76,8 +76,8 @@ impl BackendArgs {
 #[derive(clap::Args, Debug)]
 pub struct PerfArgs {
     /// The test (`write_bw` = `ib_write_bw`, ...).
-    #[arg(value_enum)]
-    pub(super) test: Test,
+    #[arg(value_enum, required = true)]
+    test: Option<Test>,
     /// The server to connect to; without it, this side is the server and waits.
     host: Option<String>,
     /// Network interface (perftest: the IB device; uroce runs on a plain netdev).
@@ -228,6 +228,14 @@ pub struct PerfArgs {
     cnp_802p_prio: u8,
 }
 
+impl PerfArgs {
+    /// The test. (An `Option` only so that `uroce fuzz pingpong`, which flattens these
+    /// arguments beside its subcommand, can leave it out; clap requires it everywhere else.)
+    pub(super) fn test(&self) -> Test {
+        self.test.unwrap_or(Test::WriteBw)
+    }
+}
+
 /// `--ecn`, `--dcqcn ...`: the engine's congestion control.
 fn congestion(a: &PerfArgs) -> Result<uroce_transport::cc::CongestionConfig> {
     use uroce_transport::cc::{CongestionConfig, NpConfig};
@@ -248,14 +256,15 @@ pub fn config(a: &PerfArgs) -> Result<PerfConfig> {
     if a.rdma_cm {
         bail!("-R (RDMA-CM) is not supported yet; run without it (perftest's Ethernet exchange)");
     }
-    let bw = a.test.is_bw();
-    let mut c = PerfConfig::new(a.test);
+    let test = a.test();
+    let bw = test.is_bw();
+    let mut c = PerfConfig::new(test);
     c.host = a.host.clone();
     c.ifname = a.dev.clone();
     c.local_ip = a.local_ip;
     c.gid_index = a.gid_index.map(|x| x as u8);
     if let Some(s) = a.size {
-        if a.test == Test::AtomicBw && s != 8 {
+        if test == Test::AtomicBw && s != 8 {
             bail!("atomic_bw messages are 8 bytes");
         }
         c.size = s as usize;

@@ -36,7 +36,7 @@ pub struct ProbeArgs {
 
 /// `uroce probe`.
 pub fn run(a: &ProbeArgs) -> Result<ExitCode> {
-    let test = match a.perf.test {
+    let test = match a.perf.test() {
         crate::perf::Test::WriteLat => ProbeTest::WriteLat,
         crate::perf::Test::ReadLat => ProbeTest::ReadLat,
         t => bail!("uroce probe runs on write_lat or read_lat (one message at a time), not {t:?}"),
@@ -72,7 +72,7 @@ pub fn run(a: &ProbeArgs) -> Result<ExitCode> {
     let (tap, log) = ProbeTap::new(plan);
     eprintln!(
         "uroce probe: {:?} to {host}, {} x {} B ({pkts} packets at path MTU {} unless the peer's is smaller), {} faults",
-        a.perf.test,
+        a.perf.test(),
         cfg.iters,
         cfg.size,
         mtu.bytes(),
