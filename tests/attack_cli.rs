@@ -28,7 +28,7 @@ fn prereq(test: &str) -> bool {
     )
 }
 
-fn perf(ns: &str, ifname: &str, host: Option<&str>, seed: Option<u64>) -> common::Watched {
+fn perf(test: &str, ns: &str, ifname: &str, host: Option<&str>, seed: Option<u64>) -> common::Watched {
     let seed = seed.map(|s| s.to_string());
     let mut c = Command::new("ip");
     c.args([
@@ -37,7 +37,7 @@ fn perf(ns: &str, ifname: &str, host: Option<&str>, seed: Option<u64>) -> common
         ns,
         BIN,
         "perf",
-        "write_bw",
+        test,
         "-d",
         ifname,
         "-s",
@@ -61,8 +61,13 @@ fn attack(net: &NetPair, mon: &netns::End, args: &[&str]) -> String {
 
 /// [`attack`], both ends seeded (`uroce perf --seed`: the same QPNs, keys and PSNs each time).
 fn attack_seeded(net: &NetPair, mon: &netns::End, args: &[&str], seed: Option<u64>) -> String {
-    let server = perf(&net.a.ns, &net.a.ifname, None, seed);
-    let client = perf(&net.b.ns, &net.b.ifname, Some(&net.a.ip4.to_string()), seed.map(|s| s + 1));
+    attack_on("write_bw", net, mon, args, seed)
+}
+
+/// [`attack_seeded`] on a connection running `test`.
+fn attack_on(test: &str, net: &NetPair, mon: &netns::End, args: &[&str], seed: Option<u64>) -> String {
+    let server = perf(test, &net.a.ns, &net.a.ifname, None, seed);
+    let client = perf(test, &net.b.ns, &net.b.ifname, Some(&net.a.ip4.to_string()), seed.map(|s| s + 1));
     let out = Command::new("ip")
         .args(["netns", "exec", &mon.ns, BIN, "attack"])
         .args(args)
@@ -166,4 +171,49 @@ fn blind_guessing_against_uroce() {
     assert_eq!(responder_qp(&line), qp, "the seed gives the same QPN: {line}");
     assert_eq!(outcome(&line), "found", "{line}");
     assert!(line.contains(&format!("found_qp={qp:#08x}")), "{line}");
+}
+
+/// A field of an attack line.
+fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    line.split(&format!(" {name}=")).nth(1).and_then(|s| s.split_whitespace().next()).unwrap_or("?")
+}
+
+/// R_Key guessing and READ replay against uroce, on `read_bw` connections (regions readable
+/// remotely). A guessed key lands at the expected PSN and, wrong, ends the connection (one
+/// guess per connection); the sniffed key reads the responder's memory (RoCE has no
+/// authentication); keys seen on earlier connections predict nothing (32 random bits, where
+/// rxe's leave 8: `tests/interop_attack.rs`); replaying READ requests gets bounded extra
+/// bytes (`Guards::read_replay_interval`).
+#[test]
+fn rkey_guessing_and_read_replay_against_uroce() {
+    if !prereq("rkey_guessing_and_read_replay_against_uroce") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let mut net = NetPair::create(&PairConfig { subnet: 160, bridged: true, ..PairConfig::new("rk", 1500) }).unwrap();
+    let mon = net.add_monitor("rk").unwrap();
+    let mut rows = Vec::new();
+    for guess in ["sequential", "random"] {
+        let line = attack_on("read_bw", &net, &mon, &["rkey-guess", "--guess", guess], None);
+        assert_eq!(outcome(&line), "killed", "{line}");
+        assert_eq!(field(&line, "unknown_bits"), "32", "{line}");
+        assert_eq!(field(&line, "leaked_bytes"), "0", "{line}");
+        assert!(field(&line, "landed_rkey") != field(&line, "sniffed_rkey"), "{line}");
+        rows.push(line);
+    }
+    // prediction from the regions of earlier connections: their keys fix no bit
+    let seen: Vec<String> = rows.iter().map(|l| field(l, "sniffed_rkey").to_string()).collect();
+    let line = attack_on("read_bw", &net, &mon, &["rkey-guess", "--guess", "predict", "--seen", &seen.join(",")], None);
+    assert_eq!(field(&line, "unknown_bits"), "32", "{line}");
+    assert_eq!(outcome(&line), "killed", "{line}");
+    // the right key, sniffed: the responder's bytes reach the attacker's mirror port
+    let line = attack_on("read_bw", &net, &mon, &["rkey-guess", "--guess", "sniffed"], None);
+    assert_eq!(outcome(&line), "leaked", "{line}");
+    assert_eq!(field(&line, "landed_rkey"), field(&line, "sniffed_rkey"), "{line}");
+    assert_eq!(field(&line, "leaked_bytes"), "64", "{line}");
+    // READ replay
+    let line = attack_on("read_bw", &net, &mon, &["read-replay", "--count", "1000", "--probe-us", "10"], None);
+    let amp: f64 = field(&line, "amplification").parse().unwrap_or_else(|_| panic!("{line}"));
+    eprintln!("[attack] read-replay against uroce: amplification {amp}");
+    assert!(field(&line, "attacker_bytes") != "0", "{line}");
 }

