@@ -54,7 +54,13 @@ fn round_of(
     let so = server.finish("the fuzzed uroce server (a hang is a finding)", Duration::from_secs(60));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let server_err = String::from_utf8_lossy(&so.stderr).to_string();
-    assert!(out.status.success(), "seed {seed}: uroce fuzz failed\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // exit 3: the liveness probe died (a finding, judged by the caller)
+    let probe_dead = out.status.code() == Some(3) && stdout.contains(" probe=dead(");
+    assert!(
+        out.status.success() || probe_dead,
+        "seed {seed}: uroce fuzz failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(so.status.code().is_some(), "seed {seed}: the server died of a signal: {:?}\n{server_err}", so.status);
     assert!(!server_err.contains("panicked"), "seed {seed}: the server panicked\n{server_err}");
     let log = std::fs::read_to_string(dir.join("fuzz.log")).expect("fuzz.log");
@@ -243,4 +249,34 @@ fn a_finding_minimises_to_the_frame_that_kills_the_qp_and_replays_with_one_comma
     sh(&format!("p={}; while kill -0 $(cat $p) 2>/dev/null; do sleep 0.05; done", pidfile.display()));
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&pidfile);
+}
+
+/// The liveness probe: a second, clean connection (`--probe "write_bw -p PORT ..."`, its own
+/// process on the interface) beside the fuzzed flow. Against a target that serves it, it
+/// completes and reports its result; where nothing answers it, it is dead and the run says
+/// so (exit 3).
+#[test]
+fn a_liveness_probe_runs_beside_the_fuzzed_flow() {
+    if !prereq("a_liveness_probe_runs_beside_the_fuzzed_flow") {
+        return;
+    }
+    let net = NetPair::create(&PairConfig { subnet: 126, ..PairConfig::new("fp", 1500) }).unwrap();
+    let mut s = Command::new("ip");
+    s.args(["netns", "exec", &net.a.ns, BIN, "perf", "write_bw", "-d", &net.a.ifname])
+        .args(["-p", "18516", "-D", "3", "-s", "64", "--no-progress", "--share"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let probe_server = common::watch(s.spawn().expect("spawn the probe's server"));
+    let probe = "write_bw -p 18516 -D 3 -s 64";
+    // the target's two servers share its interface (each its own QPN block)
+    let flags = ["-s", "4096", "-n", "1000", "--share"];
+    let (summary, _, _) = round_of(&net, "write_bw", &flags, 5, "", &["--probe", probe]);
+    eprintln!("[fuzz] with a probe: {summary}");
+    assert!(summary.contains(" probe=alive(64 "), "{summary}");
+    let ps = probe_server.finish("the probe's server", Duration::from_secs(60));
+    assert!(ps.status.success(), "{}", String::from_utf8_lossy(&ps.stderr));
+    // nothing serves the probe: dead
+    let (summary, _, _) = round_of(&net, "write_bw", &flags, 5, "", &["--probe", "write_bw -p 18517 -D 1"]);
+    eprintln!("[fuzz] probe unanswered: {summary}");
+    assert!(summary.contains(" probe=dead(exit "), "{summary}");
 }

@@ -8,7 +8,10 @@
 //! kinds. The NAK rows race uroce's real ACKs into a slow (TCG) guest, so they are reported,
 //! not asserted. Blind PSN guessing is reported; a QPN scan from 0x11 finds rxe's live QP
 //! (its QPNs count up), answered by its PSN-sequence NAK. rxe's QPNs are seen to come one
-//! after another (predictable). A guest that dies under an attack is a finding (the kernel's
+//! after another (predictable). On `ib_read_bw` connections: READs with guessed R_Keys end
+//! the connection at the first that lands, the sniffed key reads rxe's memory, and the keys of
+//! the two regions before predict the next one's to 8 bits (its pool index counts up); a
+//! replayed READ request makes rxe send the READ's bytes again (reported). A guest that dies under an attack is a finding (the kernel's
 //! words and the console log are kept; once, trixie's rxe died of a double fault in
 //! `rxe_requester` under the blind NAK flood), and the table goes on with a new guest. The
 //! rows are printed, and appended to `UROCE_IX_REPORT` when set.

@@ -34,6 +34,11 @@ const UROCE_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x77, 0x00, 0x08];
 const RUN_LIMIT: u64 = 90;
 const HW_COUNTERS: &str = "/sys/class/infiniband/rxe0/ports/1/hw_counters";
 /// uroce's side of every round's flow (and of the clean run after), matching `perftest`.
+/// The liveness probe's perftest flags (both sides), on its own port.
+const PROBE: &str = "-p 18516 -D 5 -s 64 -t 2 -u 18";
+/// The guest waits for the probe's server to listen.
+const PROBE_WAIT_LISTEN: &str = "i=0; while ! ss -ltn 2>/dev/null | grep -q ':18516 ' && [ $i -lt 300 ]; do \
+                                 sleep 0.1; i=$((i+1)); done; ss -ltn | grep -q ':18516 '";
 const FLOW: [&str; 10] = ["-d", "eth0", "-m", "1024", "-s", "4096", "-n", "400", "-u", "18"];
 /// Kernel log lines that are findings.
 const SPLATS: &str = "BUG|WARNING|Oops|general protection|KASAN|refcount_t|hung task|soft lockup|Call Trace";
@@ -82,13 +87,16 @@ fn trixie_fuzz_campaign() {
         .expect("attach uroce's namespace to the lab bridge");
     eprintln!("[fuzz] {flavour} guest ready ({:?} with the lab)", t0.elapsed());
     let dir = std::env::temp_dir().join(format!("uroce-fuzz-{flavour}-{}", std::process::id()));
-    let mut table = String::from("| round | seed | injected (by kind) | rxe's NAKs | legitimate flow | rxe counters | finding |\n|---|---|---|---|---|---|---|\n");
+    let mut table = String::from("| round | seed | injected (by kind) | rxe's NAKs | legitimate flow | probe | rxe counters | finding |\n|---|---|---|---|---|---|---|---|\n");
     let mut findings = Vec::new();
     let mut total_injected = 0u64;
     let perftest = "ib_write_bw -d rxe0 -x 1 -F -m 1024 -s 4096 -n 400";
     // every other round rides an ibv_rc_pingpong exchange instead: both ends send there, so
     // rxe's requester meets forged acknowledgements too
     let pingpong = "ibv_rc_pingpong -d rxe0 -g 1 -s 4096 -n 400 -c";
+    // the liveness probe: a second, clean connection beside every round's flow (its own
+    // ib_write_bw server on the guest, its own uroce process on uroce's side)
+    let probe_server = format!("ib_write_bw -d rxe0 -x 1 -F {PROBE}");
     for round in 0..rounds {
         let seed = 0xf022 + round;
         let pp = round % 2 == 1;
@@ -97,10 +105,12 @@ fn trixie_fuzz_campaign() {
             |g: &Guest| console(g, &format!("(cd {HW_COUNTERS} && grep . *)"), 30).map(|o| ix::rxe_counters(&o.1));
         let before = counters(&guest).unwrap_or_default();
         let start = format!(
-            "dmesg -c >/dev/null; rm -f /tmp/s.out /tmp/s.rc; (timeout {limit} {stock} > /tmp/s.out 2>&1; echo $? > /tmp/s.rc) & true"
+            "dmesg -c >/dev/null; rm -f /tmp/s.out /tmp/s.rc; (timeout {limit} {stock} > /tmp/s.out 2>&1; echo $? > /tmp/s.rc) & \
+             (timeout {limit} {probe_server} > /tmp/p.out 2>&1) & true"
         );
         assert_eq!(console(&guest, &start, 30).map(|o| o.0), Some(0), "start the guest's server");
         assert_eq!(console(&guest, ix::GUEST_WAIT_LISTEN, 60).map(|o| o.0), Some(0), "{stock} is not listening");
+        assert_eq!(console(&guest, PROBE_WAIT_LISTEN, 60).map(|o| o.0), Some(0), "the probe's server is not listening");
         let out = dir.join(format!("round-{round}"));
         let out_s = out.display().to_string();
         let seed_s = seed.to_string();
@@ -113,13 +123,17 @@ fn trixie_fuzz_campaign() {
             v.push("--no-progress");
             v
         };
-        argv.extend(["--fuzz-seed", &seed_s, "--every", &every, "--out", &out_s]);
+        let probe = format!("write_bw {PROBE}");
+        argv.extend(["--fuzz-seed", &seed_s, "--every", &every, "--out", &out_s, "--probe", &probe]);
         if let Some(k) = &only_kinds {
             argv.extend(["--kinds", k]);
         }
         let done = Proc::spawn_in(&port.ns, &argv).wait(Duration::from_secs(RUN_LIMIT + 30));
-        assert!(done.ok(), "round {round}: uroce fuzz itself failed (uroce must not)\n{}", done.text());
         let summary = done.stdout.lines().find(|l| l.starts_with("uroce-fuzz:")).unwrap_or("").to_string();
+        // exit 3: the liveness probe stopped completing (a finding, below)
+        let probe_dead = done.status.and_then(|s| s.code()) == Some(3) && summary.contains(" probe=dead(");
+        assert!(done.ok() || probe_dead, "round {round}: uroce fuzz itself failed (uroce must not)\n{}", done.text());
+        let probe = summary.split(" probe=").nth(1).and_then(|s| s.split(") ").next()).unwrap_or("?").to_string();
         let field = |k: &str| {
             summary.split(&format!("{k}=")).nth(1).map(|s| s.split_whitespace().next().unwrap_or("").to_string())
         };
@@ -143,6 +157,8 @@ fn trixie_fuzz_campaign() {
                     .unwrap_or_else(|| "(no answer to dmesg)".to_string());
                 if !splat.trim().is_empty() {
                     Some(format!("kernel: {}", splat.trim()))
+                } else if probe_dead {
+                    Some(format!("the liveness probe stopped completing: {probe})"))
                 } else if (!text.contains("==RC==") || text.contains("==RC==124"))
                     && (!pp || legit.starts_with("completed"))
                 {
@@ -158,19 +174,22 @@ fn trixie_fuzz_campaign() {
         let delta = ix::kv(&ix::delta(&after, &before));
         let _ = writeln!(
             table,
-            "| {round} | {seed} | {injected} ({kinds}) | {naks} | {} | {delta} | {} |",
+            "| {round} | {seed} | {injected} ({kinds}) | {naks} | {} | {}) | {delta} | {} |",
             legit.chars().take(90).collect::<String>(),
+            probe.chars().take(60).collect::<String>(),
             finding.as_deref().unwrap_or("none")
         );
         eprintln!("[fuzz] round {round} seed {seed}: {summary}\n[fuzz]   rxe counters: {delta}; finding: {finding:?}");
+        // (the probe's line: alive with its perftest result, or dead)
+        eprintln!("[fuzz]   probe: {probe})");
         if let Some(f) = finding {
             let only = only_kinds.as_ref().map_or(String::new(), |k| format!(" --kinds {k}"));
             let replay = if pp {
                 format!(
-                    "uroce fuzz pingpong {GUEST_V4} -d eth0 -s 4096 -n 400 -c --fuzz-seed {seed} --every {every}{only}"
+                    "uroce fuzz pingpong {GUEST_V4} -d eth0 -s 4096 -n 400 -c --fuzz-seed {seed} --every {every}{only} --probe \"write_bw {PROBE}\""
                 )
             } else {
-                format!("uroce fuzz write_bw {GUEST_V4} -d eth0 -m 1024 -s 4096 -n 400 -u 18 --fuzz-seed {seed} --every {every}{only}")
+                format!("uroce fuzz write_bw {GUEST_V4} -d eth0 -m 1024 -s 4096 -n 400 -u 18 --fuzz-seed {seed} --every {every}{only} --probe \"write_bw {PROBE}\"")
             };
             findings.push(format!(
                 "round {round}: {f}\n  replay (against `{stock}` on the guest): {replay}\n  record: {out_s}"

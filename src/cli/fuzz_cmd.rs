@@ -67,6 +67,13 @@ pub struct FuzzOpts {
     /// others are drawn the same way and not sent. What a minimised finding replays.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<u64>>,
+    /// A liveness probe: a second, clean connection to the target beside the fuzzed flow, run
+    /// as `uroce perf PROBE HOST` (the interface from `-d`), e.g. `--probe "write_bw -p 18516
+    /// -D 5 -s 64 -t 2 -u 18"` against `ib_write_bw -p 18516 -D 5 -s 64 -t 2` on the target.
+    /// A target that stops completing the probe's requests is hung or dead: `probe=dead` in
+    /// the summary, and the exit status is 3.
+    #[arg(long, value_name = "\"TEST [FLAGS]\"")]
+    probe: Option<String>,
     /// Write `injected.pcap` (the hostile frames), `wire.pcap` (everything uroce's port moved)
     /// and `fuzz.log` (one line per hostile frame, then the summary) here.
     #[arg(long, value_name = "DIR")]
@@ -97,11 +104,15 @@ pub fn run(a: &FuzzArgs) -> Result<ExitCode> {
     match &a.carrier {
         Some(Carrier::Pingpong { pp, opts }) => {
             let mut cfg = pingpong_cmd::config(pp)?;
+            if opts.probe.is_some() {
+                // the probe is a second process on the interface
+                cfg.backend = cfg.backend.shared();
+            }
             if cfg.host.is_none() {
                 bail!("uroce fuzz pingpong needs HOST: the target's ibv_rc_pingpong server");
             }
             let host = cfg.host.clone().unwrap_or_default();
-            fuzz(opts, &host, |tap, wire| {
+            fuzz(opts, &host, pp.dev.as_deref(), |tap, wire| {
                 cfg.pcap = cfg.pcap.take().or(wire);
                 let mut out = std::io::stderr();
                 crate::pingpong::run_tapped(&cfg, &mut out, Some(tap)).map(|_| ())
@@ -109,11 +120,15 @@ pub fn run(a: &FuzzArgs) -> Result<ExitCode> {
         }
         None => {
             let mut cfg = perf_cmd::config(&a.perf)?;
+            if a.opts.probe.is_some() {
+                // the probe is a second process on the interface
+                cfg.backend = cfg.backend.shared();
+            }
             if cfg.host.is_none() {
                 bail!("uroce fuzz needs HOST: the target's perftest server");
             }
             let host = cfg.host.clone().unwrap_or_default();
-            fuzz(&a.opts, &host, |tap, wire| {
+            fuzz(&a.opts, &host, a.perf.dev.as_deref(), |tap, wire| {
                 cfg.pcap = cfg.pcap.take().or(wire);
                 crate::perf::run_tapped(cfg, Box::new(std::io::stderr()), Some(tap)).map(|_| ())
             })
@@ -126,6 +141,7 @@ pub fn run(a: &FuzzArgs) -> Result<ExitCode> {
 fn fuzz(
     a: &FuzzOpts,
     host: &str,
+    dev: Option<&str>,
     carry: impl FnOnce(Box<dyn uroce_io::tap::Tap>, Option<PathBuf>) -> Result<()>,
 ) -> Result<ExitCode> {
     if !(0.0..=1.0).contains(&a.in_window) {
@@ -151,13 +167,16 @@ fn fuzz(
         None => (None, None),
     };
     let (tap, log) = FuzzTap::new(fc, injected.as_deref())?;
+    let probe = a.probe.as_deref().map(|p| Probe::start(p, host, dev)).transpose()?;
     let outcome = carry(Box::new(tap), wire);
     let log = log.lock().map(|l| l.clone()).unwrap_or_default();
     let legit = match &outcome {
         Ok(()) => "legit=completed".to_string(),
         Err(e) => format!("legit=failed ({e:#})"),
     };
-    let summary = format!("{} {legit}", log.summary(a.fuzz_seed));
+    let probe = probe.map(Probe::finish);
+    let dead = probe.as_ref().is_some_and(|p| p.starts_with("probe=dead"));
+    let summary = format!("{} {}{legit}", log.summary(a.fuzz_seed), probe.map_or(String::new(), |p| p + " "));
     println!("{summary}");
     if let Some(d) = &a.out {
         let mut text = format!("# replay: uroce replay {}\n", d.display());
@@ -176,8 +195,68 @@ fn fuzz(
         std::fs::write(d.join("fuzz.log"), text).with_context(|| format!("write {}", d.join("fuzz.log").display()))?;
     }
     // A QP the target moved to ERR for an invalid request is IBTA's rule, not a failure of
-    // the run: the campaign goes on with a new connection.
-    Ok(ExitCode::SUCCESS)
+    // the run: the campaign goes on with a new connection. A dead probe is a finding.
+    Ok(if dead { ExitCode::from(3) } else { ExitCode::SUCCESS })
+}
+
+/// The liveness probe: `uroce perf PROBE HOST` as a child process (a second process on the
+/// interface, as any verbs program beside another), its own QP.
+struct Probe {
+    child: std::process::Child,
+}
+
+/// How long a probe may go on after the fuzzed flow ended (its own duration, a slow target's
+/// exchange).
+const PROBE_GRACE: std::time::Duration = std::time::Duration::from_secs(90);
+
+impl Probe {
+    fn start(probe: &str, host: &str, dev: Option<&str>) -> Result<Probe> {
+        let exe = std::env::current_exe().context("this program's path")?;
+        let args: Vec<&str> = probe.split_whitespace().collect();
+        if args.is_empty() {
+            bail!("--probe needs a perftest test and its flags, e.g. \"write_bw -p 18516 -D 5\"");
+        }
+        let mut c = std::process::Command::new(exe);
+        c.arg("perf").args(&args).args([host, "--no-progress", "--share"]);
+        if let Some(d) = dev.filter(|_| !args.iter().any(|a| *a == "-d" || a.starts_with("--ib-dev"))) {
+            c.args(["-d", d]);
+        }
+        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        Ok(Probe { child: c.spawn().context("start the liveness probe")? })
+    }
+
+    /// Waits for the probe and says how it went: `probe=alive(<its result line>)`, or
+    /// `probe=dead(...)` when it failed or gave no result in [`PROBE_GRACE`].
+    fn finish(mut self) -> String {
+        let until = std::time::Instant::now() + PROBE_GRACE;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if std::time::Instant::now() < until => {
+                    std::thread::sleep(std::time::Duration::from_millis(50))
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    break None;
+                }
+            }
+        };
+        let out = self.child.wait_with_output().map(|o| (o.stdout, o.stderr)).unwrap_or_default();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.0), String::from_utf8_lossy(&out.1));
+        // perftest's result line: the last that starts with a number
+        let result = stdout.lines().rfind(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()));
+        match (status, result) {
+            (Some(s), Some(r)) if s.success() => {
+                format!("probe=alive({})", r.split_whitespace().collect::<Vec<_>>().join(" "))
+            }
+            (Some(s), _) => format!(
+                "probe=dead(exit {}: {})",
+                s.code().map_or("signal".to_string(), |c| c.to_string()),
+                stderr.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("").trim()
+            ),
+            (None, _) => format!("probe=dead(no result {} s after the fuzzed flow)", PROBE_GRACE.as_secs()),
+        }
+    }
 }
 
 /// `uroce replay`'s flags.

@@ -49,11 +49,24 @@ pub struct BackendArgs {
     /// AF_XDP bind mode.
     #[arg(long, value_enum, default_value = "auto")]
     xdp_mode: XdpModeArg,
+    /// Share the interface with other uroce processes (the verbs library's default: each
+    /// owns a block of QP numbers) instead of taking it alone.
+    #[arg(long)]
+    share: bool,
 }
 
 impl BackendArgs {
     /// The runtime's backend choice.
     pub fn kind(&self) -> BackendKind {
+        let k = self.alone();
+        if self.share {
+            k.shared()
+        } else {
+            k
+        }
+    }
+
+    fn alone(&self) -> BackendKind {
         match self.backend {
             BackendArg::Udp => {
                 BackendKind::Udp { port: self.udp_port, gso: !self.no_udp_gso, gro: !self.no_udp_gro, shared: false }
@@ -82,7 +95,7 @@ pub struct PerfArgs {
     host: Option<String>,
     /// Network interface (perftest: the IB device; uroce runs on a plain netdev).
     #[arg(short = 'd', long = "ib-dev")]
-    dev: Option<String>,
+    pub(crate) dev: Option<String>,
     /// Message size in bytes, 1 .. 2^31-1; a K or M suffix multiplies by 1024 or 1024^2.
     #[arg(short = 's', long, value_parser = limits::PERFTEST_SIZE.size_parser())]
     pub(super) size: Option<u64>,

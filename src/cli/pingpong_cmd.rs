@@ -48,7 +48,7 @@ pub struct PingpongArgs {
     port: u64,
     /// Network interface (rc_pingpong: the IB device; uroce runs on a plain netdev).
     #[arg(short = 'd', long = "ib-dev")]
-    dev: Option<String>,
+    pub(crate) dev: Option<String>,
     /// Port of the device (uroce has one: 1).
     #[arg(short = 'i', long = "ib-port", default_value = "1", allow_negative_numbers = true)]
     ib_port: i64,

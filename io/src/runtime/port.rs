@@ -31,6 +31,18 @@ pub enum BackendKind {
     },
 }
 
+impl BackendKind {
+    /// The same backend, joining the other uroce processes on the interface (each owns a block
+    /// of QP numbers) instead of taking it alone.
+    pub fn shared(mut self) -> Self {
+        match &mut self {
+            BackendKind::Xdp(o) => o.shared = true,
+            BackendKind::Udp { shared, .. } => *shared = true,
+        }
+        self
+    }
+}
+
 /// How to open a port.
 #[derive(Clone, Debug)]
 pub struct PortConfig {
