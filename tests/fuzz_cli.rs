@@ -261,12 +261,7 @@ fn a_liveness_probe_runs_beside_the_fuzzed_flow() {
         return;
     }
     let net = NetPair::create(&PairConfig { subnet: 126, ..PairConfig::new("fp", 1500) }).unwrap();
-    let mut s = Command::new("ip");
-    s.args(["netns", "exec", &net.a.ns, BIN, "perf", "write_bw", "-d", &net.a.ifname])
-        .args(["-p", "18516", "-D", "3", "-s", "64", "--no-progress", "--share"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let probe_server = common::watch(s.spawn().expect("spawn the probe's server"));
+    let probe_server = probe_server(&net, "18516", "3");
     let probe = "write_bw -p 18516 -D 3 -s 64";
     // the target's two servers share its interface (each its own QPN block)
     let flags = ["-s", "4096", "-n", "1000", "--share"];
@@ -279,4 +274,61 @@ fn a_liveness_probe_runs_beside_the_fuzzed_flow() {
     let (summary, _, _) = round_of(&net, "write_bw", &flags, 5, "", &["--probe", "write_bw -p 18517 -D 1"]);
     eprintln!("[fuzz] probe unanswered: {summary}");
     assert!(summary.contains(" probe=dead(exit "), "{summary}");
+}
+
+/// The probe's server on the target's side: `uroce perf write_bw -p PORT -D SECS -s 64`,
+/// sharing the interface.
+fn probe_server(net: &NetPair, port: &str, secs: &str) -> common::Watched {
+    let mut s = Command::new("ip");
+    s.args(["netns", "exec", &net.a.ns, BIN, "perf", "write_bw", "-d", &net.a.ifname])
+        .args(["-p", port, "-D", secs, "-s", "64", "--no-progress", "--share"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    common::watch(s.spawn().expect("spawn the probe's server"))
+}
+
+/// `uroce fuzz` aimed at uroce for `UROCE_FUZZ_MINUTES` (default 30): round after round, each
+/// from its own seed, alternating the request kinds on a `write_bw` flow and the response
+/// kinds on a `write_lat` flow (the target's requester gets forged ACKs), every round with a
+/// liveness probe beside it. Every round the target exits by itself without a panic or a
+/// signal, the fuzzer exits 0 and the probe completes: no crash, no hang, and the legitimate
+/// QP beside the fuzzed one loses no completion. `cargo test --release --test fuzz_cli
+/// uroce_against_uroce_for_a_while -- --ignored --nocapture`.
+#[test]
+#[ignore = "a long run: UROCE_FUZZ_MINUTES, default 30"]
+fn uroce_against_uroce_for_a_while() {
+    if !prereq("uroce_against_uroce_for_a_while") {
+        return;
+    }
+    let minutes: u64 = std::env::var("UROCE_FUZZ_MINUTES").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+    let net = NetPair::create(&PairConfig { subnet: 127, ..PairConfig::new("fl", 1500) }).unwrap();
+    let t0 = std::time::Instant::now();
+    let (mut rounds, mut injected, mut killed) = (0u64, 0u64, 0u64);
+    let responses = "forged_nak,rnr_nak,ack_psn,unsolicited,ack_flood";
+    while t0.elapsed() < Duration::from_secs(minutes * 60) {
+        let seed = 0x10_0000 + rounds;
+        let ps = probe_server(&net, "18516", "2");
+        let probe = ["--probe", "write_bw -p 18516 -D 2 -s 64"];
+        let (summary, _, _) = if rounds % 2 == 0 {
+            round_of(&net, "write_bw", &["-s", "4096", "-n", "1000", "--share"], seed, "", &probe)
+        } else {
+            let extra = [&probe[..], &["--max", "24"]].concat();
+            round_of(&net, "write_lat", &["-s", "64", "-n", "2000", "--share"], seed, responses, &extra)
+        };
+        assert!(summary.contains(" probe=alive("), "seed {seed}: the probe died: {summary}");
+        let o = ps.finish("the probe's server", Duration::from_secs(60));
+        assert!(o.status.success(), "seed {seed}: the probe's server: {}", String::from_utf8_lossy(&o.stderr));
+        rounds += 1;
+        injected += field(&summary, "injected");
+        killed += u64::from(!summary.ends_with("legit=completed"));
+        if rounds % 50 == 0 {
+            eprintln!("[fuzz] {rounds} rounds, {injected} hostile frames, {:?}", t0.elapsed());
+        }
+    }
+    eprintln!(
+        "[fuzz] uroce against uroce: {rounds} rounds in {:?}, {injected} hostile frames, {killed} fuzzed connections \
+         ended by IBTA's rules (an invalid request or error NAK), every probe alive, no panic, signal or hang",
+        t0.elapsed()
+    );
+    assert!(rounds > 0 && injected > 0);
 }
