@@ -235,16 +235,20 @@ fn minimise(
     Some((minimal, tries))
 }
 
-#[test]
-fn trixie_fuzz_campaign() {
+/// The guest flavour (`UROCE_FUZZ_FLAVOUR=bookworm`: 6.1; default trixie's 6.17) and the test's
+/// name with it; `None` when the test is skipped.
+fn flavour_for(what: &str) -> Option<(Flavour, String)> {
     let flavour = match std::env::var("UROCE_FUZZ_FLAVOUR").as_deref() {
         Ok("bookworm") => Flavour::Bookworm,
         _ => Flavour::Trixie,
     };
-    let test = format!("interop_fuzz::{flavour}_fuzz_campaign");
-    if !require_or_skip(&test, &[flavour], false) {
-        return;
-    }
+    let test = format!("interop_fuzz::{flavour}_{what}");
+    require_or_skip(&test, &[flavour], false).then_some((flavour, test))
+}
+
+#[test]
+fn trixie_fuzz_campaign() {
+    let Some((flavour, test)) = flavour_for("fuzz_campaign") else { return };
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let rounds = env_u64("UROCE_FUZZ_ROUNDS", 10);
     let every = env_u64("UROCE_FUZZ_EVERY", 16).to_string();
@@ -388,14 +392,7 @@ fn trixie_fuzz_campaign() {
 /// harness minimises it on fresh guests to the frame(s) that do it.
 #[test]
 fn the_rxe_completer_warn_reproduces_and_minimises() {
-    let flavour = match std::env::var("UROCE_FUZZ_FLAVOUR").as_deref() {
-        Ok("bookworm") => Flavour::Bookworm,
-        _ => Flavour::Trixie,
-    };
-    let test = format!("interop_fuzz::{flavour}_completer_warn");
-    if !require_or_skip(&test, &[flavour], false) {
-        return;
-    }
+    let Some((flavour, test)) = flavour_for("completer_warn") else { return };
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let lab = Lab::new(&test).expect("lab");
     let mut boots = 0;
