@@ -11,6 +11,8 @@
 //! Needs root, `ip` and `nft`; skips loudly without them (fails with `CI=1`).
 
 mod common;
+#[path = "common/ix.rs"]
+mod ix;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -216,4 +218,46 @@ fn rkey_guessing_and_read_replay_against_uroce() {
     let amp: f64 = field(&line, "amplification").parse().unwrap_or_else(|_| panic!("{line}"));
     eprintln!("[attack] read-replay against uroce: amplification {amp}");
     assert!(field(&line, "attacker_bytes") != "0", "{line}");
+}
+
+/// RDMA-CM connection-state exhaustion against uroce's library: a stock `rping -s` (one client
+/// at a time) over `libibverbs.so.1`/`librdmacm.so.1`, and `uroce attack cm-flood` from a
+/// third namespace — REQs from the attacker's own address, never followed up. The first one
+/// takes the single-client service (rping accepts it and waits for an RTU that never comes:
+/// any rdma_cm server that serves one client at a time can be taken by one REQ); the rest wait
+/// for the application — rping meets the second CONNECT_REQUEST where it waits for its first to
+/// be established and gives up — and uroce's CM holds at most its listener's backlog of them
+/// (256; `transport/tests/cm.rs` `a_req_flood_stops_at_the_backlog_and_answers_each_with_a_rej`).
+#[test]
+fn a_cm_flood_against_uroces_rdma_cm() {
+    let test = "a_cm_flood_against_uroces_rdma_cm";
+    if !prereq(test) {
+        return;
+    }
+    let Some(dir) = common::verbs_setup(test, ix::verbs_dir(), &["rping"]) else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let mut net = NetPair::create(&PairConfig { subnet: 161, bridged: true, ..PairConfig::new("cf", 1500) }).unwrap();
+    let mon = net.add_monitor("cf").unwrap();
+    let lib = format!("LD_LIBRARY_PATH={}", dir.display());
+    let a_ip = net.a.ip4.to_string();
+    let mut s = Command::new("ip");
+    s.args(["netns", "exec", &net.a.ns, "env", &lib, "rping", "-s", "-a", &a_ip, "-C", "3", "-v"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let server = common::watch(s.spawn().expect("rping -s"));
+    let out = Command::new("ip")
+        .args(["netns", "exec", &mon.ns, BIN, "attack", "cm-flood", "-i", &mon.ifname, "--target", &a_ip])
+        .args(["--port", "7174", "--count", "1024", "--probe-us", "100", "--watch-ms", "1000"])
+        .output()
+        .expect("uroce attack cm-flood");
+    let line = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{line}{}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("[attack] cm-flood against uroce: {}", line.trim());
+    let so = server.finish("rping -s", Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&so.stderr).to_string();
+    eprintln!("[attack]   rping -s exit {:?}: {}", so.status.code(), err.trim());
+    // the first REQ was accepted (a REP): the single-client service is the attacker's
+    assert!(field(&line, "rep") != "0" && field(&line, "answered") != "0", "{line}");
+    // and the library under the program did not crash: rping ended by its own error
+    assert!(so.status.code().is_some() && !err.contains("panicked"), "{:?}\n{err}", so.status);
 }

