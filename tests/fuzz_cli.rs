@@ -40,7 +40,10 @@ fn round_of(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let server = common::watch(s.spawn().expect("spawn server"));
-    let dir = std::env::temp_dir().join(format!("uroce-fuzz-cli-{seed}-{}", std::process::id()));
+    // one directory per round: tests run in parallel, and two may use the same seed
+    static ROUND: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = ROUND.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("uroce-fuzz-cli-{seed}-{}-{n}", std::process::id()));
     let (host, dir_s, seed_s) = (net.a.ip4.to_string(), dir.display().to_string(), seed.to_string());
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &net.b.ns, BIN, "fuzz", test, &host, "-d", &net.b.ifname])
