@@ -286,13 +286,26 @@ fn programs(s: &Side<'_>, flavour: Flavour) {
                 (done, console(&collect, 90).1)
             } else {
                 let argv: Vec<&str> = ["env", s.lib].into_iter().chain(server.split(' ')).collect();
-                let ours = Proc::spawn_in(s.ns, &argv);
+                let mut ours = Proc::spawn_in(s.ns, &argv);
                 let cmd = format!(
-                    "i=0; while [ $i -lt 100 ]; do timeout {RUN_LIMIT} {client} > /tmp/c.out 2>&1; r=$?; \
-                     [ $r = 0 ] && break; grep -qE '{REFUSED}' /tmp/c.out || break; sleep 0.2; i=$((i+1)); done; \
-                     cat /tmp/c.out; echo \"==R\"\"C==$r\""
+                    "timeout {RUN_LIMIT} {client} > /tmp/c.out 2>&1; r=$?; cat /tmp/c.out; echo \"==R\"\"C==$r\""
                 );
-                let out = console(&cmd, RUN_LIMIT + 60).1;
+                let deadline = Instant::now() + Duration::from_secs(120);
+                let out = loop {
+                    let out = console(&cmd, RUN_LIMIT + 60).1;
+                    let refused = !out.contains("==RC==0") && REFUSED.split('|').any(|r| out.contains(r));
+                    if !refused || Instant::now() > deadline {
+                        break out;
+                    }
+                    // perftest prints its banner after its exchange: refused after it, the client
+                    // met our server between its two listens, and our server is now in its
+                    // second phase (the hang `programs` avoids the other way round): a new one
+                    if p.perftest && out.contains(" Test") {
+                        drop(ours);
+                        ours = Proc::spawn_in(s.ns, &argv);
+                    }
+                    std::thread::sleep(Duration::from_millis(300));
+                };
                 let wait = if p.server_exits { Duration::from_secs(60) } else { Duration::ZERO };
                 (ours.wait(wait), out)
             };
