@@ -11,10 +11,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use uroce_wire::cm::ip::{service_id, IpCmHeader, PortSpace, CMA_VERSION};
 use uroce_wire::cm::{CmMessage, PathRepr, ReqRepr};
 use uroce_wire::mad::{Mad, MAD_LEN};
-use uroce_wire::{
-    BthRepr, DethRepr, EtherType, EthernetAddress, EthernetRepr, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Opcode, Psn,
-    Qpn, RoceRepr, UdpChecksum, UdpRepr, ROCE_V2_PORT,
-};
+use uroce_wire::{BthRepr, DethRepr, EthernetAddress, ExtHeaders, IpRepr, Opcode, Psn, Qpn};
 
 /// The GSI's Q_Key (IBTA 9.6.1.1).
 const GSI_QKEY: u32 = 0x8001_0000;
@@ -81,42 +78,21 @@ pub fn req_frame(e: &Ends, port: u16, comm_id: u32, qpn: u32, psn: u32, src_port
     if CmMessage::Req(req).emit(tid, 0, &mut mad).is_err() {
         return Vec::new();
     }
-    let r = FrameRepr {
-        eth: EthernetRepr { src_addr: e.src.0, dst_addr: e.dst.0, vlan: None, ethertype: EtherType::IPV4 },
-        ip: IpRepr::V4(Ipv4Repr {
-            src_addr: e.src.1,
-            dst_addr: e.dst.1,
-            dscp: 0,
-            ecn: uroce_wire::Ecn::NotEct,
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-            protocol: 17,
-            payload_len: 0,
-        }),
-        udp: UdpRepr { src_port: 0xc000 | (comm_id as u16 & 0x3fff), dst_port: ROCE_V2_PORT },
-        roce: RoceRepr {
-            bth: BthRepr {
-                opcode: Opcode::UD_SEND_ONLY,
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qp: Qpn::new(1),
-                ack_req: false,
-                psn: Psn::new(psn & 0xff_ffff),
-            },
-            ext: ExtHeaders { deth: Some(DethRepr { qkey: GSI_QKEY, src_qp: Qpn::new(1) }), ..ExtHeaders::default() },
-            payload_len: MAD_LEN,
-        },
+    let bth = BthRepr {
+        opcode: Opcode::UD_SEND_ONLY,
+        solicited: false,
+        mig_req: false,
+        pad_count: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: Qpn::new(1),
+        ack_req: false,
+        psn: Psn::new(psn & 0xff_ffff),
     };
-    let mut b = vec![0u8; r.buffer_len()];
-    if r.emit(&mut b, UdpChecksum::Zero, |p| p.copy_from_slice(&mad)).is_err() {
-        b.clear();
-    }
-    b
+    let ext = ExtHeaders { deth: Some(DethRepr { qkey: GSI_QKEY, src_qp: Qpn::new(1) }), ..ExtHeaders::default() };
+    let sport = 0xc000 | (comm_id as u16 & 0x3fff);
+    super::emit_v4((e.src.0, e.dst.0), (e.src.1, e.dst.1), sport, bth, ext, &mad)
 }
 
 /// The target's answers to the flood.

@@ -257,11 +257,36 @@ pub fn forge(
     ext: ExtHeaders,
     payload: &[u8],
 ) -> Vec<u8> {
+    let bth = uroce_wire::BthRepr {
+        opcode,
+        solicited: false,
+        mig_req: false,
+        pad_count: uroce_wire::packet::pad_for(payload.len()),
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: Qpn::new(dst.qpn.unwrap_or(0)),
+        ack_req: true,
+        psn,
+    };
+    emit_v4((src_mac, dst.mac), (src.ip, dst.ip), sport, bth, ext, payload)
+}
+
+/// An IPv4 RoCEv2 frame with these addresses, UDP source port, BTH, extension headers and
+/// payload, lengths and ICRC made good; empty when the parts do not agree.
+pub(crate) fn emit_v4(
+    (src_mac, dst_mac): (EthernetAddress, EthernetAddress),
+    (src_ip, dst_ip): (std::net::Ipv4Addr, std::net::Ipv4Addr),
+    sport: u16,
+    bth: uroce_wire::BthRepr,
+    ext: ExtHeaders,
+    payload: &[u8],
+) -> Vec<u8> {
     let r = FrameRepr {
-        eth: EthernetRepr { src_addr: src_mac, dst_addr: dst.mac, vlan: None, ethertype: EtherType::IPV4 },
+        eth: EthernetRepr { src_addr: src_mac, dst_addr: dst_mac, vlan: None, ethertype: EtherType::IPV4 },
         ip: IpRepr::V4(Ipv4Repr {
-            src_addr: src.ip,
-            dst_addr: dst.ip,
+            src_addr: src_ip,
+            dst_addr: dst_ip,
             dscp: 0,
             ecn: uroce_wire::Ecn::NotEct,
             ident: 0,
@@ -271,25 +296,9 @@ pub fn forge(
             payload_len: 0,
         }),
         udp: UdpRepr { src_port: sport, dst_port: ROCE_V2_PORT },
-        roce: RoceRepr {
-            bth: uroce_wire::BthRepr {
-                opcode,
-                solicited: false,
-                mig_req: false,
-                pad_count: uroce_wire::packet::pad_for(payload.len()),
-                pkey: 0xffff,
-                fecn: false,
-                becn: false,
-                dest_qp: Qpn::new(dst.qpn.unwrap_or(0)),
-                ack_req: true,
-                psn,
-            },
-            ext,
-            payload_len: payload.len(),
-        },
+        roce: RoceRepr { bth, ext, payload_len: payload.len() },
     };
     let mut b = vec![0u8; r.buffer_len()];
-    // the parts are well formed by construction: opcode and headers agree
     if r.emit(&mut b, UdpChecksum::Zero, |p| p.copy_from_slice(payload)).is_err() {
         b.clear();
     }
