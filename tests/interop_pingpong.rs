@@ -33,9 +33,16 @@
 //!   page 0` (and, being rc_pingpong, still exit 0) — so the "no invalid data" assertion above
 //!   is live.
 //!
+//! * A TCG guest's own link can die under a run (its virtio-net transmit queue stopped for good
+//!   mid-burst once, in a CI run: every run after it failed). After a failed run the guest is
+//!   asked to ping uroce's namespace; if it cannot, the run is repeated once on a fresh guest
+//!   (at most [`MAX_FRESH_GUESTS`] per flavour), and the log says so. A run that fails with the
+//!   guest's link alive fails the test.
+//!
 //! Needs root, QEMU, tcpdump, tshark and the guest images (`rxe-compat/interop/`); skips with a
 //! printed reason, or fails under `CI=1`. Knobs: `UROCE_PP_ITERS` (default 1000, rc_pingpong's
-//! default), `UROCE_PP_FILTER=<substring>` runs only the cases whose label contains it.
+//! default), `UROCE_PP_FILTER=<substring>` runs only the cases whose label contains it,
+//! `UROCE_PP_CUT_LINK=<substring>` cuts the guest's link before those cases (the recovery, shown).
 
 #[path = "common/ix.rs"]
 mod ix;
@@ -60,6 +67,9 @@ const RC: &str = "ibv_rc_pingpong";
 
 /// Wall-clock limit of one side of one run (both are killed after it).
 const RUN_LIMIT: u64 = 240;
+
+/// Fresh guests one test may boot in place of one whose link died, before it gives up.
+const MAX_FRESH_GUESTS: u32 = 2;
 
 /// The guests are slow (TCG) and the machine small: one flavour at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -125,6 +135,22 @@ struct Bench {
     gid_v6: u32,
     dir: PathBuf,
     seq: u32,
+    /// Guests booted so far (a fresh one replaces a guest whose link died).
+    boots: u32,
+}
+
+/// The guest: both addresses, a console shell, `n`th of this test (the first is `pp-<flavour>`).
+fn guest_spec(flavour: Flavour, n: u32) -> GuestSpec {
+    let name = if n == 1 { format!("pp-{flavour}") } else { format!("pp-{flavour}-{n}") };
+    GuestSpec::new(flavour)
+        .name(&name)
+        .addr(&format!("{GUEST_V4}/24"))
+        .addr(&format!("{GUEST_V6}/64"))
+        .hold()
+        // Under TCG on a loaded host the kernel's IO-APIC timer check can fail and panic
+        // ("IO-APIC + timer doesn't work!", seen once on bookworm): skip it, as VMs do.
+        .kernel_arg("no_timer_check")
+        .timeout(Duration::from_secs(3600))
 }
 
 fn have(tool: &str) -> bool {
@@ -174,16 +200,7 @@ impl Bench {
         }
         let t0 = Instant::now();
         let lab = Lab::new(&test).expect("lab");
-        let spec = GuestSpec::new(flavour)
-            .name(&format!("pp-{flavour}"))
-            .addr(&format!("{GUEST_V4}/24"))
-            .addr(&format!("{GUEST_V6}/64"))
-            .hold()
-            // Under TCG on a loaded host the kernel's IO-APIC timer check can fail and panic
-            // ("IO-APIC + timer doesn't work!", seen once on bookworm): skip it, as VMs do.
-            .kernel_arg("no_timer_check")
-            .timeout(Duration::from_secs(3600));
-        let guest = lab.boot(spec).expect("boot");
+        let guest = lab.boot(guest_spec(flavour, 1)).expect("boot");
         // named like the lab's namespace, so a killed test's leftovers are swept with it
         let ns = format!("{}-p{}", lab.netns(), &flavour.as_str()[..1]);
         #[rustfmt::skip]
@@ -198,7 +215,22 @@ impl Bench {
         let dir = std::env::temp_dir().join(format!("uroce-pp-{flavour}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("artifact dir");
-        Some(Bench { flavour, guest, port, lab, gid_v4, gid_v6, dir, seq: 0 })
+        Some(Bench { flavour, guest, port, lab, gid_v4, gid_v6, dir, seq: 0, boots: 1 })
+    }
+
+    /// The guest's link died (see `Guest::link_dead`): a fresh guest in its place, the same
+    /// addresses and GID table.
+    fn fresh_guest(&mut self) {
+        self.guest.kill();
+        self.boots += 1;
+        self.guest = self.lab.boot(guest_spec(self.flavour, self.boots)).expect("boot");
+        self.guest.wait_ready(Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
+        let gid = |ip: IpAddr| self.guest.gid_index(ip);
+        assert_eq!(
+            (gid(IpAddr::V4(GUEST_V4)), gid(IpAddr::V6(GUEST_V6))),
+            (Some(self.gid_v4), Some(self.gid_v6)),
+            "a fresh guest, another GID table"
+        );
     }
 
     fn console(&self, cmd: &str, timeout: u64) -> (i32, String) {
@@ -438,6 +470,8 @@ fn pingpong(flavour: Flavour) {
     let Some(mut b) = Bench::up(flavour) else { return };
     let iters: u32 = std::env::var("UROCE_PP_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
     let filter = std::env::var("UROCE_PP_FILTER").ok().filter(|s| !s.is_empty());
+    // cut the guest's link before the runs whose label has this in it (the dead-link recovery)
+    let cut_link = std::env::var("UROCE_PP_CUT_LINK").ok().filter(|s| !s.is_empty());
     let mut cases = Vec::new();
     for dir in [Dir::UroceClient, Dir::GuestClient] {
         let case = |size, backend, v6| Case {
@@ -512,7 +546,22 @@ fn pingpong(flavour: Flavour) {
     let mut passed = 0;
     for c in cases.iter().filter(|c| filter.as_ref().is_none_or(|f| c.label().contains(f.as_str()))) {
         let label = format!("{} {}", b.flavour, c.label());
-        match b.run(c) {
+        if cut_link.as_ref().is_some_and(|f| c.label().contains(f.as_str())) {
+            // the recovery below, exercised: the guest transmits into nothing from here on
+            let out = b.lab.exec_host(&["ip", "link", "set", b.guest.tap(), "down"], Duration::from_secs(10));
+            assert!(out.is_ok_and(|o| o.status.success()), "cutting the guest's link");
+        }
+        let mut result = b.run(c);
+        if result.is_err() && b.boots <= MAX_FRESH_GUESTS {
+            // a failed run: the guest's own link may have died under it (TCG), which says
+            // nothing of either side: on a fresh guest, the same run once more
+            if let Some(why) = b.guest.link_dead(IpAddr::V4(UROCE_V4)) {
+                eprintln!("[pp] {label}: the guest's link is dead ({why}); a fresh guest, the run again");
+                b.fresh_guest();
+                result = b.run(c);
+            }
+        }
+        match result {
             Ok(s) => {
                 passed += 1;
                 eprintln!("[pp] PASS {label}: {s}");

@@ -22,7 +22,9 @@
 //! * both sides exit 0 (uroce's run and the stock tool's, each under a deadline; a failing uroce
 //!   gets the stock side killed at once, a stock side that exited leaves uroce 20 s). A stock
 //!   tool that dies of a signal (SIGSEGV, ...) is the peer's bug: it is reported (`PEER CRASH`,
-//!   with the guest's dmesg line and the captures kept) and the case runs once more;
+//!   with the guest's dmesg line and the captures kept) and the case runs once more; a run that
+//!   failed because the TCG guest's own link died under it (`Guest::link_dead`: it cannot ping
+//!   uroce's namespace) runs once more on a fresh guest (at most two per test);
 //! * both print perftest's result line with the requested #iterations and finite figures (see
 //!   `ix::check_result`: latencies > 0; bandwidth: message rate > 0 and average > 0 from 64 B
 //!   on, since perftest prints 2-decimal MB/s and its send_bw server prints a 0.00 peak).
@@ -50,7 +52,7 @@ mod ix;
 use ix::Proc;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -254,12 +256,23 @@ struct Bench {
     lab: Lab,
     dir: PathBuf,
     seq: u32,
+    /// Guests booted so far (a fresh one replaces a guest whose link died).
+    boots: u32,
     hw: BTreeMap<String, u64>,
     failures: Vec<String>,
     /// Stock-side crashes (killed by a signal): the peer's defect, reported; the run is retried.
     peer_crashes: Vec<String>,
     rows: Vec<Row>,
     filter: Option<String>,
+}
+
+/// Fresh guests one test may boot in place of one whose link died, before it gives up.
+const MAX_FRESH_GUESTS: u32 = 2;
+
+/// The guest: an address and a console shell, `n`th of this test (the first is `ix-<flavour>`).
+fn guest_spec(flavour: Flavour, n: u32) -> GuestSpec {
+    let name = if n == 1 { format!("ix-{flavour}") } else { format!("ix-{flavour}-{n}") };
+    GuestSpec::new(flavour).name(&name).addr(&format!("{GUEST_IP}/24")).hold().timeout(Duration::from_secs(3600))
 }
 
 /// How a run's error starts when the stock tool died of a signal (see [`crash_signal`]).
@@ -327,12 +340,7 @@ impl Bench {
         }
         let t0 = Instant::now();
         let lab = Lab::new(&test).expect("lab");
-        let spec = GuestSpec::new(flavour)
-            .name(&format!("ix-{flavour}"))
-            .addr(&format!("{GUEST_IP}/24"))
-            .hold()
-            .timeout(Duration::from_secs(3600));
-        let guest = lab.boot(spec).expect("boot");
+        let guest = lab.boot(guest_spec(flavour, 1)).expect("boot");
         // our namespace is named like the lab's, so a killed test's leftovers are swept too
         let ns = format!("{}-u{}", lab.netns(), &flavour.as_str()[..1]);
         #[rustfmt::skip]
@@ -351,17 +359,32 @@ impl Bench {
             lab,
             dir,
             seq: 0,
+            boots: 1,
             hw: BTreeMap::new(),
             failures: Vec::new(),
             peer_crashes: Vec::new(),
             rows: Vec::new(),
             filter: std::env::var("UROCE_IX_FILTER").ok().filter(|s| !s.is_empty()),
         };
-        let (rc, out) = b.console(&format!("(cd {HW_COUNTERS} && grep . *)"), 30);
-        assert_eq!(rc, 0, "no rxe hw_counters in the guest:\n{out}");
-        b.hw = ix::rxe_counters(&out);
-        assert!(b.hw.contains_key("sent_pkts"), "rxe counters: {out}");
+        b.read_hw();
         Some(b)
+    }
+
+    /// rxe's counters now: the baseline of the next run's deltas.
+    fn read_hw(&mut self) {
+        let (rc, out) = self.console(&format!("(cd {HW_COUNTERS} && grep . *)"), 30);
+        assert_eq!(rc, 0, "no rxe hw_counters in the guest:\n{out}");
+        self.hw = ix::rxe_counters(&out);
+        assert!(self.hw.contains_key("sent_pkts"), "rxe counters: {out}");
+    }
+
+    /// The guest's link died (see `Guest::link_dead`): a fresh guest in its place.
+    fn fresh_guest(&mut self) {
+        self.guest.kill();
+        self.boots += 1;
+        self.guest = self.lab.boot(guest_spec(self.flavour, self.boots)).expect("boot");
+        self.guest.wait_ready(Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
+        self.read_hw();
     }
 
     fn console(&self, cmd: &str, timeout: u64) -> (i32, String) {
@@ -400,6 +423,14 @@ impl Bench {
                 eprintln!("[ix] RETRY {label}: {first}");
                 self.peer_crashes.push(format!("{label}: {first}"));
                 result = self.try_run(c, faults);
+            } else if self.boots <= MAX_FRESH_GUESTS {
+                // the guest's own link may have died under the run (TCG), which says nothing
+                // of either side: on a fresh guest, the same run once more
+                if let Some(why) = self.guest.link_dead(IpAddr::V4(UROCE_IP)) {
+                    eprintln!("[ix] RETRY {label}: the guest's link is dead ({why}); a fresh guest");
+                    self.fresh_guest();
+                    result = self.try_run(c, faults);
+                }
             }
         }
         match result {

@@ -103,3 +103,23 @@ fn stuck_guest_is_killed_at_its_wall_clock_limit() {
         other => panic!("expected GuestExited, got {other:?}"),
     }
 }
+
+#[test]
+fn a_dead_guest_link_is_told_from_a_live_one() {
+    if !require_or_skip("harness_lab::link_dead", &[Flavour::Bookworm], false) {
+        return;
+    }
+    let lab = Lab::new("link-check").expect("lab");
+    let g = lab
+        .boot(GuestSpec::new(Flavour::Bookworm).no_rxe().addr("10.77.0.12/24").hold().timeout(Duration::from_secs(180)))
+        .expect("boot");
+    g.wait_ready(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(g.link_dead(HOST_V4.parse().unwrap()), None, "{}", g.tail(20));
+    // the guest transmits into nothing, as when its virtio-net queue stalled: the host side
+    // of its tap goes down
+    let out = lab.exec_host(&["ip", "link", "set", g.tap(), "down"], Duration::from_secs(10)).expect("ip");
+    assert!(out.status.success());
+    let why = g.link_dead(HOST_V4.parse().unwrap()).expect("a dead link");
+    eprintln!("{why}");
+    assert!(why.contains("eth0 tx_packets="), "{why}");
+}

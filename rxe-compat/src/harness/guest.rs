@@ -665,6 +665,33 @@ impl Guest {
         Ok((rc, out))
     }
 
+    /// Does the guest's network still carry frames to `peer`? `None` when it does (busybox
+    /// `ping`, three tries), else what the guest knows of its link: transmit and receive
+    /// counters and the kernel's last words on it.
+    ///
+    /// Why: under TCG the guest's virtio-net transmit queue has been seen to stop for good in
+    /// the middle of a burst (bookworm, a stop's CI run: a SEND FIRST was the guest's last
+    /// frame for 240 s, and every TCP connect after it failed) while the console still
+    /// answered. A test that keeps one guest for many runs asks this after a failed run, to
+    /// tell a dead guest link (boot a fresh guest and run again) from a fault of the peer.
+    pub fn link_dead(&self, peer: IpAddr) -> Option<String> {
+        let ping = if peer.is_ipv6() { "ping6" } else { "ping" };
+        if matches!(
+            self.console_run(&format!("{ping} -c 3 -W 1 {peer} > /dev/null 2>&1"), Duration::from_secs(20)),
+            Ok((0, _))
+        ) {
+            return None;
+        }
+        let why = "for d in /sys/class/net/eth0/statistics; do echo \"eth0 tx_\"\"packets=$(cat $d/tx_packets) \
+                   rx_packets=$(cat $d/rx_packets) tx_errors=$(cat $d/tx_errors) tx_dropped=$(cat $d/tx_dropped)\"; done; \
+                   dmesg | grep -i -e watchdog -e 'timed out' -e virtio -e eth0 | tail -n 5";
+        Some(match self.console_run(why, Duration::from_secs(20)) {
+            // (the echo of the command is not the answer: `tx_""packets` in it)
+            Ok((_, out)) => out.lines().filter(|l| !l.contains("tx_\"\"packets")).collect::<Vec<_>>().join("; "),
+            Err(e) => format!("the console did not answer either: {e}"),
+        })
+    }
+
     /// Kills qemu (SIGKILL by PID) and reaps it; idempotent. Returns false if it had already
     /// exited by itself.
     pub fn kill(&self) -> bool {
