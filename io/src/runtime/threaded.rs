@@ -7,9 +7,10 @@
 //!
 //! Application threads drive the port too: a poll of an empty watched CQ runs a progress round
 //! in the caller's thread when the lock is free, and posting work transmits it before the call
-//! returns. While the application keeps polling (a poll in the last [`APP_ACTIVE`]), the
-//! progress threads do not spin against it for the lock: they sleep on their descriptors at
-//! once, as backups for arrivals between the application's polls and for timers.
+//! returns. While the application keeps polling (a poll that found its CQ empty in the last
+//! [`APP_ACTIVE`]), its polls are the rounds: the progress threads stay off the port (its lock
+//! and its sockets) and sleep on their wake-up eventfds until that activity lapses; then they
+//! take over arrivals and timers again.
 
 use super::idle::{self, Notify, WatchedCq};
 use super::Port;
@@ -87,8 +88,16 @@ struct Shared {
     app_polled: AtomicU64,
 }
 
-/// How recent an application poll keeps the progress threads from spinning.
-pub const APP_ACTIVE: Duration = Duration::from_micros(500);
+/// How recent an application poll (of an empty CQ) keeps the progress threads off the port.
+/// The trade: a program that polls its CQ and then spins on memory (`ib_write_lat`) waits up
+/// to this long for a progress thread to take an arrival; a shorter window wakes the idle
+/// progress threads more often while the program polls. Measured with stock perftest over the
+/// library, two processes on one veth pair, 2 CPUs (2026-12-05; `ib_write_lat -s 8` t_typical /
+/// t_avg µs, `ib_write_bw -R` 64 KiB average MB/s): 20 µs 52–59 / 185–217, 209–257; 50 µs
+/// 64–69 / 94–142, 309–419; **100 µs** 89–92 / 102–105, 319–336; 500 µs 293–295 / 303–347,
+/// 296–362; and before the progress threads stayed off the port (500 µs, sleeping on the
+/// sockets) 28–56 / 285–1346, 167–170.
+pub const APP_ACTIVE: Duration = Duration::from_micros(100);
 
 /// Nanoseconds since the first call (never 0 after it).
 fn clock() -> u64 {
@@ -111,8 +120,14 @@ impl Shared {
     }
 
     fn app_active(&self) -> bool {
+        self.app_active_for().is_some()
+    }
+
+    /// How much longer the application counts as polling (`None`: it does not).
+    fn app_active_for(&self) -> Option<Duration> {
         let t = self.app_polled.load(Ordering::Relaxed);
-        t != 0 && clock().saturating_sub(t) < APP_ACTIVE.as_nanos() as u64
+        let left = (APP_ACTIVE.as_nanos() as u64).checked_sub(clock().saturating_sub(t))?;
+        (t != 0 && left > 0).then(|| Duration::from_nanos(left))
     }
 }
 
@@ -301,6 +316,19 @@ fn progress(s: &Shared, queue: Option<usize>, wake: usize) {
     let cap = if fd.is_some() { Duration::from_millis(100) } else { Duration::from_millis(1) };
     let mut idle = 0u32;
     while !s.stop.load(Ordering::Acquire) {
+        if let Some(left) = s.app_active_for() {
+            // The application is polling and runs the rounds itself (arrivals, transmits,
+            // timers): stay off the port's lock and off its socket until it stops. A round
+            // here would only contend with it — and with more busy threads than cores, a
+            // progress thread preempted while holding the lock left the application's polls
+            // failing `try_lock` for a whole scheduler tick (perftest -R: ACKs 4 ms late) —
+            // and even sleeping in `ppoll` on an AF_XDP socket in copy mode runs its transmit
+            // path, on the socket mutex the application's `sendto` takes. Posted work does
+            // not kick while the application is active; `app_blocking` does.
+            idle::wait(&[], s.wakes[wake].as_raw_fd(), left);
+            idle = 0;
+            continue;
+        }
         let (work, sleep) = match s.inner.try_lock() {
             Ok(mut g) => (g.round(queue), g.port.idle_timeout(cap)),
             Err(std::sync::TryLockError::Poisoned(p)) => {
