@@ -7,8 +7,8 @@
 //!
 //! Application threads drive the port too: a poll of an empty watched CQ runs a progress round
 //! in the caller's thread when the lock is free, and posting work transmits it before the call
-//! returns. While the application keeps polling (a poll that found its CQ empty in the last
-//! [`APP_ACTIVE`]), its polls are the rounds: the progress threads stay off the port (its lock
+//! returns. While the application keeps polling (a poll in the last [`APP_ACTIVE`]), its
+//! polls are the rounds: the progress threads stay off the port (its lock
 //! and its sockets) and sleep on their wake-up eventfds until that activity lapses; then they
 //! take over arrivals and timers again.
 
@@ -88,15 +88,16 @@ struct Shared {
     app_polled: AtomicU64,
 }
 
-/// How recent an application poll (of an empty CQ) keeps the progress threads off the port.
+/// How recent an application call (a poll or a post) keeps the progress threads off the port.
 /// The trade: a program that polls its CQ and then spins on memory (`ib_write_lat`) waits up
 /// to this long for a progress thread to take an arrival; a shorter window wakes the idle
 /// progress threads more often while the program polls. Measured with stock perftest over the
-/// library, two processes on one veth pair, 2 CPUs (2026-12-05; `ib_write_lat -s 8` t_typical /
-/// t_avg µs, `ib_write_bw -R` 64 KiB average MB/s): 20 µs 52–59 / 185–217, 209–257; 50 µs
-/// 64–69 / 94–142, 309–419; **100 µs** 89–92 / 102–105, 319–336; 500 µs 293–295 / 303–347,
-/// 296–362; and before the progress threads stayed off the port (500 µs, sleeping on the
-/// sockets) 28–56 / 285–1346, 167–170.
+/// library, two processes on one veth pair, 2 CPUs (2026-12-05, polls only; `ib_write_lat -s
+/// 8` t_typical / t_avg µs, `ib_write_bw -R` 64 KiB average MB/s): 20 µs 52–59 / 185–217,
+/// 209–257; 50 µs 64–69 / 94–142, 309–419; **100 µs** 89–92 / 102–105, 319–336; 500 µs
+/// 293–295 / 303–347, 296–362; and before the progress threads stayed off the port (500 µs,
+/// sleeping on the sockets) 28–56 / 285–1346, 167–170. Posts counting too: `ib_write_bw -R`
+/// 462–529, `ib_write_bw` 661, `ib_write_lat` 90 / 108–120.
 pub const APP_ACTIVE: Duration = Duration::from_micros(100);
 
 /// Nanoseconds since the first call (never 0 after it).
@@ -190,18 +191,14 @@ impl Runtime {
     }
 
     /// Run `f` on the engine (a short lock), then run a progress round so the work it posted
-    /// goes out before this returns; the progress threads are woken unless the application is
-    /// polling (its next poll carries on).
+    /// goes out before this returns. The application counts as active from here, as after a
+    /// poll (a program posting a window of 64 KiB WRITEs spends longer posting than polling):
+    /// what the round left, a progress thread takes once that lapses.
     pub fn with<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
-        let r = {
-            let mut g = self.shared.lock();
-            let r = f(g.port.device());
-            g.round(None);
-            r
-        };
-        if !self.shared.app_active() {
-            self.shared.kick();
-        }
+        let mut g = self.shared.lock();
+        let r = f(g.port.device());
+        g.round(None);
+        self.shared.app_polled.store(clock(), Ordering::Relaxed);
         r
     }
 
@@ -248,11 +245,16 @@ impl Runtime {
     /// Up to `out.len()` completions of a watched CQ, lock-free. When it has none, the caller
     /// runs a progress round itself if no progress thread holds the port.
     pub fn poll_watched(&self, w: &WatchedCq, out: &mut [WorkCompletion]) -> usize {
+        if out.is_empty() {
+            return 0;
+        }
+        // Polling, whatever it finds: its next poll of an empty queue runs the round (a program
+        // that finds completions at every poll still drains them, and they come from rounds).
+        self.shared.app_polled.store(clock(), Ordering::Relaxed);
         let n = w.pop_into(out);
-        if n > 0 || out.is_empty() {
+        if n > 0 {
             return n;
         }
-        self.shared.app_polled.store(clock(), Ordering::Relaxed);
         if let Ok(mut g) = self.shared.inner.try_lock() {
             g.round(None);
         }
