@@ -105,6 +105,26 @@ fn live(flavour: Flavour, version: &str) {
     if !require_or_skip(&test, &[flavour], false) {
         return;
     }
+    // A TCG guest's own link has died under this test (a clean-clone CI rehearsal, 2026-12-05:
+    // the guest's pingpong server listening, the host's connects "No route to host" for 60 s,
+    // the guest's own client stuck too). That says nothing of the exchange: on a fresh guest
+    // the test runs once more. Any other failure fails it at once.
+    let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| live_once(&test, flavour, version)));
+    if let Err(e) = first {
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        if !msg.contains("No route to host") {
+            std::panic::resume_unwind(e);
+        }
+        eprintln!("[perftest_live] {flavour}: the guest was unreachable ({msg}); once more on a fresh guest");
+        live_once(&test, flavour, version);
+    }
+}
+
+fn live_once(test: &str, flavour: Flavour, version: &str) {
     let mut script = String::new();
     for (t, cmd) in SERVER_TESTS {
         script += &format!("echo '=== S {t:?}'; {cmd} -d rxe0 -x 1 -F --report_gbits -n 5; echo \"RC=$?\"\n");
@@ -117,7 +137,7 @@ fn live(flavour: Flavour, version: &str) {
     script += "echo '=== PP C'; timeout 20 ibv_rc_pingpong -d rxe0 -g 1 -n 5 10.77.0.1; echo \"RC=$?\"\n";
     script += "echo '=== END'\n";
 
-    let lab = Lab::new(&test).expect("lab");
+    let lab = Lab::new(test).expect("lab");
     let spec = GuestSpec::new(flavour)
         .name("pt11")
         .addr(&format!("{GUEST}/24"))
