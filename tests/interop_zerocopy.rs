@@ -275,19 +275,12 @@ fn uroce_zero_copy_against_rxe() {
     // CI rehearsal, 2026-12-05: a NULL dereference in `net_rx_action` after rxe's
     // `send_common_ack`, 6.17): the peer's bug, reported with its oops; the test runs once more
     // on fresh guests. Any other failure fails it at once.
-    let first = std::panic::catch_unwind(zero_copy_against_rxe);
-    if let Err(e) = first {
-        let msg = e
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        if !(msg.contains("guest rxe exited") && msg.contains("end trace")) {
-            std::panic::resume_unwind(e);
-        }
-        eprintln!("{TEST}: PEER CRASH (the rxe guest's kernel oopsed; its console above); once more on fresh guests");
-        zero_copy_against_rxe();
-    }
+    uroce_rxe_compat::harness::once_more_if(
+        TEST,
+        "PEER CRASH: the rxe guest's kernel oopsed (its console above)",
+        |m| m.contains("guest rxe exited") && m.contains("end trace"),
+        zero_copy_against_rxe,
+    );
 }
 
 fn zero_copy_against_rxe() {

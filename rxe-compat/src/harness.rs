@@ -365,6 +365,23 @@ pub fn in_ci() -> bool {
     env_flag("CI")
 }
 
+/// Runs `test`; if it panics with a message for which `retry_if` holds (a TCG guest's own
+/// failure, not the code under test: an unreachable guest, a peer kernel's oops), says so as
+/// `[<what>] <why>: once more on fresh guests` and runs it once more. Any other panic goes on.
+pub fn once_more_if(what: &str, why: &str, retry_if: impl Fn(&str) -> bool, test: impl Fn()) {
+    let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&test)) else { return };
+    let msg = e
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    if !retry_if(&msg) {
+        std::panic::resume_unwind(e);
+    }
+    eprintln!("[{what}] {why}: once more on fresh guests");
+    test();
+}
+
 /// The one rule for a test whose prerequisite is missing (`why`, which names the test and
 /// what it lacks): under CI ([`in_ci`]) it panics, so the test fails; otherwise it writes
 /// `SKIP <why>` straight to stderr (libtest captures `eprintln!` of passing tests, and a skip

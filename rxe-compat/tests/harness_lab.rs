@@ -123,3 +123,41 @@ fn a_dead_guest_link_is_told_from_a_live_one() {
     eprintln!("{why}");
     assert!(why.contains("eth0 tx_packets="), "{why}");
 }
+
+#[test]
+fn once_more_only_for_the_failures_it_is_told() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // a guest's failure the first time: run once more, and the second run's verdict stands
+    let runs = AtomicU32::new(0);
+    uroce_rxe_compat::harness::once_more_if(
+        "t",
+        "unreachable",
+        |m| m.contains("No route to host"),
+        || {
+            if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("connect 10.77.0.11:18515: No route to host (os error 113)");
+            }
+        },
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    // any other failure goes on at once
+    let runs = AtomicU32::new(0);
+    let r = std::panic::catch_unwind(|| {
+        uroce_rxe_compat::harness::once_more_if(
+            "t",
+            "unreachable",
+            |m| m.contains("No route to host"),
+            || {
+                runs.fetch_add(1, Ordering::SeqCst);
+                panic!("assertion failed: the bytes differ");
+            },
+        )
+    });
+    assert!(r.is_err());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // and a second guest failure fails the test
+    let r = std::panic::catch_unwind(|| {
+        uroce_rxe_compat::harness::once_more_if("t", "unreachable", |m| m.contains("No route"), || panic!("No route"))
+    });
+    assert!(r.is_err());
+}

@@ -18,7 +18,7 @@
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use uroce_rxe_compat::harness::{require_or_skip, Flavour, GuestSpec, Lab};
+use uroce_rxe_compat::harness::{self, require_or_skip, Flavour, GuestSpec, Lab};
 use uroce_rxe_compat::perftest::{
     BwReport, Finished, PeerInfo, PerftestDest, PerftestError, PerftestSession, Phase, SessionConfig, Step, TestKind,
 };
@@ -109,19 +109,12 @@ fn live(flavour: Flavour, version: &str) {
     // the guest's pingpong server listening, the host's connects "No route to host" for 60 s,
     // the guest's own client stuck too). That says nothing of the exchange: on a fresh guest
     // the test runs once more. Any other failure fails it at once.
-    let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| live_once(&test, flavour, version)));
-    if let Err(e) = first {
-        let msg = e
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        if !msg.contains("No route to host") {
-            std::panic::resume_unwind(e);
-        }
-        eprintln!("[perftest_live] {flavour}: the guest was unreachable ({msg}); once more on a fresh guest");
-        live_once(&test, flavour, version);
-    }
+    harness::once_more_if(
+        &test,
+        "the guest was unreachable (No route to host)",
+        |m| m.contains("No route to host"),
+        || live_once(&test, flavour, version),
+    );
 }
 
 fn live_once(test: &str, flavour: Flavour, version: &str) {
