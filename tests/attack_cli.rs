@@ -210,8 +210,16 @@ fn rkey_guessing_and_read_replay_against_uroce() {
     let line = attack_on("read_bw", &net, &mon, &["rkey-guess", "--guess", "predict", "--seen", &seen.join(",")], None);
     assert_eq!(field(&line, "unknown_bits"), "32", "{line}");
     assert_eq!(outcome(&line), "killed", "{line}");
-    // the right key, sniffed: the responder's bytes reach the attacker's mirror port
-    let line = attack_on("read_bw", &net, &mon, &["rkey-guess", "--guess", "sniffed"], None);
+    // the right key, sniffed: the responder's bytes reach the attacker's mirror port. The
+    // attacker must meet the responder's expected PSN in a 240k-packet/s flow on a 2-CPU host:
+    // a CI rehearsal saw all 4096 tries land behind it (duplicates), so up to three connections
+    let mut line = String::new();
+    for _ in 0..3 {
+        line = attack_on("read_bw", &net, &mon, &["rkey-guess", "--guess", "sniffed"], None);
+        if outcome(&line) == "leaked" {
+            break;
+        }
+    }
     assert_eq!(outcome(&line), "leaked", "{line}");
     assert_eq!(field(&line, "landed_rkey"), field(&line, "sniffed_rkey"), "{line}");
     assert_eq!(field(&line, "leaked_bytes"), "64", "{line}");
