@@ -195,10 +195,19 @@ impl Runtime {
     /// poll (a program posting a window of 64 KiB WRITEs spends longer posting than polling):
     /// what the round left, a progress thread takes once that lapses.
     pub fn with<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
-        let mut g = self.shared.lock();
-        let r = f(g.port.device());
-        g.round(None);
-        self.shared.app_polled.store(clock(), Ordering::Relaxed);
+        let was_active = self.shared.app_active();
+        let r = {
+            let mut g = self.shared.lock();
+            let r = f(g.port.device());
+            g.round(None);
+            self.shared.app_polled.store(clock(), Ordering::Relaxed);
+            r
+        };
+        if !was_active {
+            // a progress thread asleep on its sockets computed its timeout before this post
+            // (the new work's timers): wake it to take the window over
+            self.shared.kick();
+        }
         r
     }
 
