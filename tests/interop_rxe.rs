@@ -411,7 +411,7 @@ impl Bench {
             // client's figures), or inf for a latency (cycles over a zero clock rate: seen in
             // CI on bookworm's write_lat). The measurement failed, not the transfer: run it once
             // more.
-            if e.contains("Correlation coefficient") && (e.contains(" is 0") || e.contains(" is inf")) {
+            if e.contains(ix::PERFTEST_UNCLOCKED) && (e.contains(" is 0") || e.contains(" is inf")) {
                 eprintln!("[ix] RETRY {label}: perftest's clock calibration failed in the guest (figures 0.00 or inf)");
                 result = self.try_run(c, faults);
             } else if e.starts_with(PEER_CRASH) {

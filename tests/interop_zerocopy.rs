@@ -57,8 +57,6 @@ const B_IP: &str = "10.77.0.12";
 /// The backend line of a zero-copy run (perf prints it in its header).
 const ZC_BACKEND: &str = "af_xdp on eth0 (1 queue, zero-copy mode, Native XDP)";
 const COPY_BACKEND: &str = "af_xdp on eth0 (1 queue, copy mode, Native XDP)";
-/// perftest's complaint when its cycle counter does not track time (then it reports 0 MB/s).
-const R2_WARNING: &str = "Correlation coefficient r^2";
 /// Per run (boot excluded); TCG with other guests on 2 cores.
 const RUN_TIMEOUT: Duration = Duration::from_secs(150);
 /// Sizes and iterations of the perftest runs (TCG: a few MB per run).
@@ -248,8 +246,9 @@ fn check_bw(run: &PairRun, size: usize, iters: u64, uroce_is_client: bool, backe
         // 25.01 prints 0.00 when it cannot calibrate its cycle counter ("Correlation
         // coefficient r^2: ... < 0.9", common under TCG); uroce measures with the monotonic
         // clock, so its own figures must never be 0.
-        let uncalibrated =
-            !by_uroce && row[3] == 0.0 && (run.client_out.contains(R2_WARNING) || run.server_out.contains(R2_WARNING));
+        let uncalibrated = !by_uroce
+            && row[3] == 0.0
+            && (run.client_out.contains(ix::PERFTEST_UNCLOCKED) || run.server_out.contains(ix::PERFTEST_UNCLOCKED));
         assert!(
             row[3].is_finite() && (row[3] > 0.0 || uncalibrated) && row[3] < 10_000.0,
             "{who} BW average {} (measured by {}): {}",

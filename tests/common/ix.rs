@@ -615,6 +615,13 @@ pub fn cmtime_step(out: &str, name: &str) -> Option<f64> {
     l.split(':').nth(1)?.split_whitespace().last()?.parse().ok()
 }
 
+/// What stock perftest prints when its sampled cycle counter does not track time (`get_clock.c`
+/// `sample_get_cpu_mhz`: r² of the samples' fit below 0.9; its MHz is then 0 and its figures 0.00,
+/// or inf for a latency). A TCG guest's clock on a loaded host sometimes does not: the
+/// measurement failed, not the transfer.
+#[allow(dead_code)]
+pub const PERFTEST_UNCLOCKED: &str = "Correlation coefficient r^2";
+
 /// perftest's (or uroce perf's) `#bytes #iterations BW-peak BW-average MsgRate` result row.
 #[allow(dead_code)]
 pub fn bw_row(out: &str) -> Option<Vec<f64>> {
