@@ -60,6 +60,65 @@ fn unpack(dir: &Path) {
     }
 }
 
+/// Run a module's command; its output (stdout then stderr, where unittest reports) and status.
+fn run(mut c: std::process::Command, m: &str) -> (String, std::process::Output) {
+    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let o = common::watch(c.spawn().expect("spawn run_tests.py")).finish(m, std::time::Duration::from_secs(300));
+    (format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)), o)
+}
+
+/// pyverbs finds a device's IP address through sysfs (`/sys/class/infiniband/<dev>/device/net/`
+/// names its interface: `base.py` `_get_ip_mac`), which a userspace device cannot have. In a
+/// mount namespace of its own, this script puts a tmpfs over `/sys/class` with every class
+/// bound back and that one directory added, then runs its arguments.
+const SYSFS_SHIM: &str = r#"set -e
+orig=$1; dev=$2; ifname=$3; shift 3
+mount --bind /sys/class "$orig"
+mount -t tmpfs uroce-sysclass /sys/class
+for c in "$orig"/*; do mkdir "/sys/class/${c##*/}"; mount --bind "$c" "/sys/class/${c##*/}"; done
+mkdir -p "/sys/class/infiniband/$dev/device/net/$ifname"
+exec "$@""#;
+
+/// `test_rdmacm`: each test forks a passive and an active process from one that has the device
+/// open, and they connect through RDMA-CM to the interface's own address — two uroce processes
+/// sharing the interface, each getting the MADs its CM messages name (kernel UDP: the
+/// reuseport steering; AF_XDP's program does not read MADs yet). Every test that runs must
+/// pass; only the multicast ones may skip (uroce has no multicast).
+#[test]
+fn rdma_cores_rdmacm_tests_pass_between_two_processes() {
+    if !common::require(uroce_netns::is_root(), "verbs_pyverbs: root (network namespaces)") {
+        return;
+    }
+    let Some(lib) = common::verbs_setup("verbs_pyverbs", ix::verbs_dir(), &["gzip", "unshare"]) else { return };
+    let have_suite = Path::new(SUITE).join("test_rdmacm.py").exists() && Path::new("/usr/bin/python3").exists();
+    if !common::require(have_suite, "verbs_pyverbs: Debian's python3-pyverbs (apt-get install python3-pyverbs)") {
+        return;
+    }
+    let tmp = std::env::temp_dir().join(format!("uroce-pyverbs-cm-{}", std::process::id()));
+    unpack(&tmp);
+    let orig = tmp.join("sysclass");
+    std::fs::create_dir_all(&orig).unwrap();
+    let net = NetPair::create(&PairConfig { subnet: 146, ..PairConfig::new("vc", 1500) }).expect("veth pair");
+    let dev = format!("uroce_{}", net.a.ifname);
+    let mut c = uroce_netns::command_in(&net.a.ns, "unshare");
+    c.args(["-m", "--propagation", "private", "sh", "-c", SYSFS_SHIM, "sysfs-shim"])
+        .args([&orig.to_string_lossy(), dev.as_str(), net.a.ifname.as_str()])
+        .args(["env", &format!("LD_LIBRARY_PATH={}", lib.display()), "UROCE_BACKEND=udp"])
+        .args(["/usr/bin/python3", &tmp.join("run_tests.py").to_string_lossy(), "--dev", &dev, "-v", "test_rdmacm"]);
+    let (out, o) = run(c, "test_rdmacm");
+    let (ran, skipped, failed, ok) = summary(&out);
+    let passed = ran.saturating_sub(skipped + failed);
+    eprintln!("[pyverbs] test_rdmacm over uroce ({dev}, kernel UDP): {ran} run, {passed} passed, {skipped} skipped");
+    let _ = std::fs::remove_dir_all(&tmp);
+    let odd_skips: Vec<&str> =
+        out.lines().filter(|l| l.contains("... skipped ") && !l.contains("Multicast is not supported")).collect();
+    assert!(
+        ok && o.status.success() && failed == 0 && passed >= 7 && odd_skips.is_empty(),
+        "test_rdmacm: {ran} run, {passed} passed, {skipped} skipped, {failed} failed; skips other than multicast: \
+         {odd_skips:?}\n{out}"
+    );
+}
+
 #[test]
 fn rdma_cores_pyverbs_tests_pass_or_skip() {
     if !common::require(uroce_netns::is_root(), "verbs_pyverbs: root (network namespaces)") {
@@ -87,10 +146,7 @@ fn rdma_cores_pyverbs_tests_pass_or_skip() {
             "-v",
             m,
         ]);
-        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-        let o = common::watch(c.spawn().expect("spawn run_tests.py")).finish(m, std::time::Duration::from_secs(300));
-        // unittest reports on stderr
-        let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        let (out, o) = run(c, m);
         let (ran, skipped, failed, ok) = summary(&out);
         for l in out.lines().filter_map(|l| l.split("... skipped ").nth(1)) {
             *skips.entry(l.trim_matches('\'').to_string()).or_default() += 1;

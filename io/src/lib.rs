@@ -114,4 +114,20 @@ pub trait Backend: Send {
     fn qpn_block(&self) -> Option<u8> {
         None
     }
+
+    /// Whether MADs to QP1 reach this process when it shares the interface: the kernel's
+    /// steering reads a CM message's receiver (`uroce_wire::cm::steer`), and RDMA-CM may run
+    /// in several processes at once. A backend that does not share needs no steering: `true`.
+    fn steers_qp1(&self) -> bool {
+        self.qpn_block().is_none()
+    }
+
+    /// REQs and SIDR REQs for `service_id` come to this process from now on (when it shares the
+    /// interface; nothing to do otherwise). `AddrInUse` if another process listens on it.
+    fn listen_service(&mut self, _service_id: u64) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// No more REQs for `service_id` to this process.
+    fn unlisten_service(&mut self, _service_id: u64) {}
 }

@@ -388,6 +388,13 @@ const REPROBE: Duration = Duration::from_millis(500);
 /// the kernel resolve it (ARP / ND) if needed; `TimedOut` if nothing usable appears within
 /// `timeout`.
 pub fn resolve_mac(ifname: &str, ip: IpAddr, timeout: Duration) -> io::Result<EthernetAddress> {
+    // One of the interface's own addresses (another process on it, or this one): its own MAC,
+    // as the kernel's rdma_cm resolves a local address (`rdma_resolve_ip` → the device's).
+    if let Ok(me) = Interface::by_name(ifname) {
+        if me.addresses().contains(&ip) {
+            return Ok(me.mac);
+        }
+    }
     let index = ifindex(ifname)?;
     let deadline = Instant::now() + timeout;
     // Subscribe before the first lookup so no update between lookup and wait is missed.

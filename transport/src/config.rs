@@ -170,6 +170,16 @@ impl DeviceConfig {
             guards: Guards::default(),
         }
     }
+
+    /// Whether a frame to QP `rqpn` at `peer` is this device's to receive (delivered to itself
+    /// instead of sent: rxe's `rxe_xmit_packet` → `rxe_loopback`): one of its own GIDs, and —
+    /// when the device is one of several processes on the interface ([`Self::qpn_block`]) — a
+    /// QP of its own block. Another process's QP on the same address (QP1 included, block 0)
+    /// gets the frame through the wire, where the kernel's steering program finds its owner.
+    pub fn delivers_locally(&self, peer: IpAddr, rqpn: u32) -> bool {
+        self.gids.iter().any(|g| g.to_ip() == peer)
+            && self.qpn_block.is_none_or(|b| (rqpn >> 16) & 0xff == u32::from(b))
+    }
 }
 
 /// How transmitted IPv4 frames are identified.

@@ -166,7 +166,7 @@ pub(crate) fn emit_datagram(
     frame.roce.payload_len = payload_len;
     let mut ok = true;
     let len = frame.emit(buf, cfg.udp_checksum, |dst| ok = fill(dst)).ok()?;
-    let looped = cfg.gids.iter().any(|g| g.to_ip() == peer);
+    let looped = cfg.delivers_locally(peer, rqpn);
     ok.then_some((len, looped))
 }
 
@@ -206,7 +206,7 @@ impl FrameTemplate {
             .map_err(|_| VerbsError::InvalidArgument("address vector"))?;
         let ident =
             (cfg.ipv4_ident == Ipv4Ident::Counter && peer.is_ipv4()).then(|| idents.slot(cfg.seed, local, peer));
-        let loopback = cfg.gids.iter().any(|g| g.to_ip() == peer);
+        let loopback = cfg.delivers_locally(peer, rqpn);
         let peer_mac = if loopback { frame.eth.src_addr } else { frame.eth.dst_addr };
         Ok(FrameTemplate { hdr, peer, local, loopback, peer_mac, peer_sport: None, ident })
     }

@@ -741,3 +741,50 @@ fn rxes_req_from_a_capture_is_answered_as_linux_would() {
     assert_eq!(b.handle_mad(Instant::ZERO, from, p.payload()), Err(CmDrop::Duplicate));
     assert_eq!(b.ids_in_use(), 1);
 }
+
+/// With a block (one process among several on an interface), every ID a CM allocates carries
+/// it as its top byte, on both sides: what the kernel's steering reads in every message after
+/// the REQ (`uroce_wire::cm::steer`).
+#[test]
+fn ids_carry_the_processes_block() {
+    let mut p = Pair::new();
+    p.a = Cm::new(CmConfig {
+        ca_guid: 0xaaaa,
+        hi_tid: 1,
+        comm_id_seed: 0xaaaa,
+        id_block: Some(3),
+        ..CmConfig::default()
+    });
+    p.b = Cm::new(CmConfig {
+        ca_guid: 0xbbbb,
+        hi_tid: 2,
+        comm_id_seed: 0xbbbb,
+        id_block: Some(0xfe),
+        ..CmConfig::default()
+    });
+    p.b.listen(sid()).unwrap();
+    let (ia, ib) = p.established();
+    p.a.disconnect(p.now, ia, &[]).unwrap();
+    p.deliver();
+    p.b.send_drep(p.now, ib, &[]).unwrap();
+    p.deliver();
+    assert_eq!(p.names(), [('a', "REQ"), ('b', "REP"), ('a', "RTU"), ('a', "DREQ"), ('b', "DREP")]);
+    for (from_a, m) in &p.wire {
+        let ids = msg(m).ids();
+        let (sender, receiver) = if *from_a { (3, 0xfe) } else { (0xfe, 3) };
+        assert_eq!(ids.local >> 24, sender, "{:?}", msg(m));
+        if msg(m).attr_id() != uroce_wire::cm::AttrId::REQ {
+            assert_eq!(ids.remote >> 24, receiver, "{:?}", msg(m));
+        }
+    }
+    // Many IDs: all of the block, none repeated.
+    let mut seen = std::collections::HashSet::new();
+    let mut c = Cm::new(CmConfig { ca_guid: 1, comm_id_seed: 7, id_block: Some(9), ..CmConfig::default() });
+    for _ in 0..500 {
+        c.connect(p.now, &params(&[])).unwrap();
+        let m = c.poll_transmit().unwrap();
+        let id = msg(&m).ids().local;
+        assert_eq!(id >> 24, 9);
+        assert!(seen.insert(id), "{id:#x} twice");
+    }
+}

@@ -104,3 +104,20 @@ fn another_shards_frame_is_counted_as_such() {
     let c = *b.counters();
     assert_eq!((c.dropped_unknown_qp, c.dropped_wrong_shard), (2, 1));
 }
+
+/// A frame to the device's own address is delivered inside the engine only when its QP is the
+/// device's own: with a block, another process's QP on the same address (and QP1, everyone's)
+/// gets it through the wire, where the kernel's steering finds its owner.
+#[test]
+fn only_the_blocks_own_qps_are_loopback() {
+    let me: std::net::IpAddr = ipv4(1).into();
+    let other: std::net::IpAddr = ipv4(2).into();
+    let mut cfg = DeviceConfig::new(mac(1), &[me]);
+    assert!(cfg.delivers_locally(me, 0x07_0042) && cfg.delivers_locally(me, 1), "no block: every own-address QP");
+    assert!(!cfg.delivers_locally(other, 0x07_0042));
+    cfg.qpn_block = Some(7);
+    assert!(cfg.delivers_locally(me, 0x07_0042));
+    assert!(!cfg.delivers_locally(me, 0x08_0042), "another process's block");
+    assert!(!cfg.delivers_locally(me, 1), "QP1");
+    assert!(!cfg.delivers_locally(other, 0x07_0042));
+}

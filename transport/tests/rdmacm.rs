@@ -396,6 +396,32 @@ fn accepting_without_parameters_grants_what_the_request_asked_for() {
     assert_eq!((a.max_rd_atomic, a.max_dest_rd_atomic, b.max_rd_atomic, b.max_dest_rd_atomic), (1, 1, 1, 1));
 }
 
+#[test]
+fn an_ack_timeout_set_on_an_id_is_its_qps() {
+    // `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)` (pyverbs' test_rdmacm_async_traffic sets 21
+    // on both sides and reads it back with ibv_query_qp): before connect on the client, on the
+    // request's ID before accept on the server; the path's 17 otherwise.
+    let o = QpOptions::default();
+    let (mut net, mut h, _) = listening(PortSpace::Tcp, 7174);
+    let c = h[0].cm.create_id(PortSpace::Tcp).unwrap();
+    h[0].cm.resolve_addr(c, SocketAddr::new(IpAddr::V4(ipv4(2)), 7174), route(1, 2)).unwrap();
+    h[0].cm.resolve_route(c).unwrap();
+    let qa = create(&mut net, 0, &o).unwrap();
+    h[0].cm.set_qp(net.dev(0), c, qa.qpn).unwrap();
+    h[0].cm.set_ack_timeout(c, 21).unwrap();
+    h[0].cm.connect(net.now(), net.dev(0), c, &param(&[])).unwrap();
+    drive(&mut net, &mut h, sim_resolve, |h| !h[1].events.is_empty());
+    let s = h[1].events[0].id;
+    let qb = create(&mut net, 1, &o).unwrap();
+    h[1].cm.set_qp(net.dev(1), s, qb.qpn).unwrap();
+    h[1].cm.set_ack_timeout(s, 19).unwrap();
+    h[1].cm.accept(net.now(), net.dev(1), s, None).unwrap();
+    drive(&mut net, &mut h, sim_resolve, |h| h[0].events.len() == 3 && h[1].events.len() == 2);
+    let (a, b) = (net.dev(0).query_qp(qa.qpn).unwrap(), net.dev(1).query_qp(qb.qpn).unwrap());
+    assert_eq!((a.qp_state, b.qp_state), (QpState::Rts, QpState::Rts));
+    assert_eq!((a.timeout, b.timeout), (21, 19));
+}
+
 /// cmtime's way: neither side calls `rdma_create_qp`. Each names its QP in `conn_param.qp_num`
 /// and moves it with the attributes `init_qp_attr` gives; the client gets the REP as
 /// `ConnectResponse` and confirms it with `establish` (the RTU), and the QPs end up as the

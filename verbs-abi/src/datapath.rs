@@ -180,14 +180,15 @@ fn env_quirks(dc: &mut uroce_transport::DeviceConfig) {
 }
 
 /// Whether this process shares its interface with other uroce processes (`UROCE_SHARE=0`:
-/// it takes the interface alone, as before several processes could share it). A process that
-/// uses RDMA-CM before any verbs object takes it alone too ([`WANTS_QP1`]).
+/// it takes the interface alone, as before several processes could share it).
 fn sharing() -> bool {
-    std::env::var("UROCE_SHARE").as_deref() != Ok("0") && !WANTS_QP1.load(std::sync::atomic::Ordering::Relaxed)
+    std::env::var("UROCE_SHARE").as_deref() != Ok("0")
 }
 
-/// Set by the first RDMA-CM call that needs a device: QP1 (the connection manager's MADs) can
-/// only be one process's, so a runtime started from then on does not share its interface.
+/// Set by the first RDMA-CM call that needs a device. Over kernel UDP the steering program
+/// gives each process the MADs to QP1 its CM messages name, so RDMA-CM runs in every process
+/// sharing the port; the XDP program does not read MADs yet, so over AF_XDP a runtime started
+/// from then on takes the interface alone.
 pub(crate) static WANTS_QP1: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether the runtime of `dev` (started) shares its interface.
@@ -198,7 +199,8 @@ pub(crate) fn runtime_shared(dev: &crate::device::Device) -> bool {
 /// AF_XDP, sharing the interface with the other uroce processes on it (each owns a block of
 /// QP numbers: `uroce_io::xdp::XdpBackend::open_shared`) unless `UROCE_SHARE=0`.
 fn xdp() -> BackendKind {
-    BackendKind::Xdp(uroce_io::xdp::XdpOptions { shared: sharing(), ..Default::default() })
+    let shared = sharing() && !WANTS_QP1.load(std::sync::atomic::Ordering::Relaxed);
+    BackendKind::Xdp(uroce_io::xdp::XdpOptions { shared, ..Default::default() })
 }
 
 /// Kernel UDP on 4791 (`UROCE_UDP_PORT` for another), shared with the other uroce processes

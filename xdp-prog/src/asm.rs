@@ -18,6 +18,7 @@ use std::fmt;
 const BPF_LD: u8 = 0x00;
 const BPF_LDX: u8 = 0x01;
 const BPF_ST: u8 = 0x02;
+const BPF_STX: u8 = 0x03;
 const BPF_JMP: u8 = 0x05;
 const BPF_ALU64: u8 = 0x07;
 // Size modifiers (loads).
@@ -350,6 +351,15 @@ impl Assembled {
                 };
                 (format!("*({} *)(r{d} {:+}) = {:#x}", size.c_type(), i.off, i.imm), 1)
             }
+            BPF_STX => {
+                let size = match i.code & 0x18 {
+                    BPF_B => Size::B,
+                    BPF_H => Size::H,
+                    BPF_W => Size::W,
+                    _ => Size::DW,
+                };
+                (format!("*({} *)(r{d} {:+}) = r{s}", size.c_type(), i.off), 1)
+            }
             BPF_LD if i.code == BPF_LD | BPF_DW | BPF_IMM => {
                 let hi = self.insns.get(pc + 1).map_or(0, |n| n.imm);
                 let val = (u64::from(hi as u32) << 32) | u64::from(i.imm as u32);
@@ -465,6 +475,11 @@ impl Asm {
     /// `*(size *)(dst + off) = imm`.
     pub fn store_imm(&mut self, size: Size, dst: Reg, off: i16, imm: i32) -> &mut Self {
         self.push(Insn::new(BPF_ST | BPF_MEM | size.bits(), dst, 0, off, imm))
+    }
+
+    /// `*(size *)(dst + off) = src`.
+    pub fn store(&mut self, size: Size, dst: Reg, off: i16, src: Reg) -> &mut Self {
+        self.push(Insn::new(BPF_STX | BPF_MEM | size.bits(), dst, src as u8, off, 0))
     }
 
     /// `if dst cond imm goto target`.

@@ -11,6 +11,8 @@ pub enum Step {
     MapUpdate,
     /// `BPF_MAP_DELETE_ELEM` (unregister a socket).
     MapDelete,
+    /// `BPF_MAP_LOOKUP_ELEM`.
+    MapLookup,
     /// `BPF_PROG_LOAD` failed before the verifier ran (no log), e.g. `EPERM`.
     ProgLoad,
     /// `BPF_LINK_CREATE`.

@@ -345,11 +345,21 @@ fn test_run_raw(prog: BorrowedFd<'_>, frame: &[u8], repeat: u32, ctx: Option<&Xd
 /// `BPF_MAP_UPDATE_ELEM` (`BPF_ANY`) of `key` → `value` in `map`, whose key and value sizes
 /// are those of `K` and `V`.
 pub(crate) fn map_update<K: Copy, V: Copy>(map: BorrowedFd<'_>, key: &K, value: &V) -> Result<(), Error> {
+    map_update_flags(map, key, value, BPF_ANY)
+}
+
+/// [`map_update`] with `flags` (`BPF_ANY`, `BPF_NOEXIST`: `EEXIST` if the key is there).
+pub(crate) fn map_update_flags<K: Copy, V: Copy>(
+    map: BorrowedFd<'_>,
+    key: &K,
+    value: &V,
+    flags: u64,
+) -> Result<(), Error> {
     let mut attr = MapElemAttr {
         map_fd: map.as_raw_fd() as u32,
         key: key as *const K as u64,
         value: value as *const V as u64,
-        flags: BPF_ANY,
+        flags,
         ..Default::default()
     };
     // SAFETY: MapElemAttr is the BPF_MAP_UPDATE_ELEM layout; `key` and `value` are live for
@@ -357,6 +367,37 @@ pub(crate) fn map_update<K: Copy, V: Copy>(map: BorrowedFd<'_>, key: &K, value: 
     // (the kernel reads exactly key_size and value_size bytes).
     unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map_err(|errno| Error::Syscall { step: Step::MapUpdate, errno })?;
     Ok(())
+}
+
+/// `BPF_MAP_LOOKUP_ELEM` of `key` in `map`, whose key and value sizes are those of `K` and `V`:
+/// `None` if absent.
+pub(crate) fn map_lookup<K: Copy, V: Copy + Default>(map: BorrowedFd<'_>, key: &K) -> Result<Option<V>, Error> {
+    let mut value = V::default();
+    let mut attr = MapElemAttr {
+        map_fd: map.as_raw_fd() as u32,
+        key: key as *const K as u64,
+        value: &mut value as *mut V as u64,
+        ..Default::default()
+    };
+    // SAFETY: MapElemAttr is the BPF_MAP_LOOKUP_ELEM layout; `key` and `value` are live for the
+    // whole call and of the map's key and value sizes (the kernel writes value_size bytes).
+    match unsafe { bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) } {
+        Ok(_) => Ok(Some(value)),
+        Err(libc::ENOENT) => Ok(None),
+        Err(errno) => Err(Error::Syscall { step: Step::MapLookup, errno }),
+    }
+}
+
+/// `BPF_MAP_DELETE_ELEM` of `key` (of the map's key size) from `map`; an absent key is not an
+/// error.
+pub(crate) fn map_delete<K: Copy>(map: BorrowedFd<'_>, key: &K) -> Result<(), Error> {
+    let mut attr = MapElemAttr { map_fd: map.as_raw_fd() as u32, key: key as *const K as u64, ..Default::default() };
+    // SAFETY: MapElemAttr is the BPF_MAP_DELETE_ELEM layout; `key` is live for the whole call
+    // and of the map's key size.
+    match unsafe { bpf(BPF_MAP_DELETE_ELEM, &mut attr) } {
+        Ok(_) | Err(libc::ENOENT) => Ok(()),
+        Err(errno) => Err(Error::Syscall { step: Step::MapDelete, errno }),
+    }
 }
 
 /// Load raw instructions as an XDP program (expected_attach_type `BPF_XDP`). On failure

@@ -299,7 +299,7 @@ mod tests {
     use super::*;
 
     /// The listings in the crate docs are those of the production program (map fd shown as
-    /// 0), unsharded and with 4 shards. Regenerate with
+    /// 0), unsharded, with 4 shards and by block, and of the reuseport steering program. Regenerate with
     /// `UROCE_WRITE_LISTING=1 cargo test --release -p uroce-xdp-prog listing`.
     #[test]
     fn listing_in_docs_is_current() {
@@ -316,8 +316,12 @@ mod tests {
                 include_str!("listing-by-block.txt"),
             ),
         ];
-        for (cfg, file, stored) in cases {
-            let listing = assemble(&cfg, 0).listing();
+        let reuseport = crate::reuseport::reuseport_program(0, 0).unwrap().listing();
+        let listings = cases
+            .into_iter()
+            .map(|(cfg, file, stored)| (assemble(&cfg, 0).listing(), file, stored))
+            .chain([(reuseport, "listing-reuseport.txt", include_str!("listing-reuseport.txt"))]);
+        for (listing, file, stored) in listings {
             let path = format!("{}/src/{file}", env!("CARGO_MANIFEST_DIR"));
             if std::env::var_os("UROCE_WRITE_LISTING").is_some() {
                 std::fs::write(&path, &listing).unwrap();

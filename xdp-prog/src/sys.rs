@@ -9,12 +9,14 @@ use std::ffi::c_long;
 use std::os::fd::{FromRawFd, OwnedFd};
 
 pub(crate) const BPF_MAP_CREATE: u32 = 0;
+pub(crate) const BPF_MAP_LOOKUP_ELEM: u32 = 1;
 pub(crate) const BPF_MAP_UPDATE_ELEM: u32 = 2;
 pub(crate) const BPF_MAP_DELETE_ELEM: u32 = 3;
 pub(crate) const BPF_PROG_LOAD: u32 = 5;
 pub(crate) const BPF_PROG_TEST_RUN: u32 = 10;
 pub(crate) const BPF_LINK_CREATE: u32 = 28;
 
+pub(crate) const BPF_MAP_TYPE_HASH: u32 = 1;
 pub(crate) const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 pub(crate) const BPF_MAP_TYPE_REUSEPORT_SOCKARRAY: u32 = 20;
 pub(crate) const BPF_PROG_TYPE_SK_REUSEPORT: u32 = 21;
@@ -25,6 +27,7 @@ pub(crate) const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 pub(crate) const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 pub(crate) const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 pub(crate) const BPF_ANY: u64 = 0;
+pub(crate) const BPF_NOEXIST: u64 = 1;
 
 /// `BPF_MAP_CREATE` attr (up to `map_name`).
 #[repr(C)]

@@ -267,6 +267,21 @@ impl Port {
         self.tx_budget = n.max(1);
     }
 
+    /// Whether RDMA-CM may run here while the interface is shared ([`Backend::steers_qp1`]).
+    pub fn steers_qp1(&self) -> bool {
+        self.backend.steers_qp1()
+    }
+
+    /// REQs for `service_id` to this process ([`Backend::listen_service`]).
+    pub fn listen_service(&mut self, service_id: u64) -> std::io::Result<()> {
+        self.backend.listen_service(service_id)
+    }
+
+    /// No more REQs for `service_id` here ([`Backend::unlisten_service`]).
+    pub fn unlisten_service(&mut self, service_id: u64) {
+        self.backend.unlisten_service(service_id)
+    }
+
     /// The engine, read-only.
     pub fn device_ref(&self) -> &Device {
         &self.dev

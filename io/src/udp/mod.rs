@@ -285,26 +285,27 @@ unsafe impl Send for Scratch {}
 const NO_ID: IdDf = IdDf { ident: 0, dont_frag: true };
 
 /// Join the processes sharing `local` and steer this process's QPN block to `fd`.
-fn join_shared(fd: &OwnedFd, local: SocketAddr) -> io::Result<crate::share::Tenancy> {
-    use uroce_xdp_prog::ReuseportSteering;
+use uroce_xdp_prog::ReuseportSteering;
+
+fn join_shared(fd: &OwnedFd, local: SocketAddr) -> io::Result<(crate::share::Tenancy, ReuseportSteering)> {
     let t = crate::share::join(&format!("udp/{local}"), || {
         let s = ReuseportSteering::create()?;
         s.fds().iter().map(|f| f.try_clone_to_owned()).collect::<io::Result<Vec<_>>>()
     })?;
-    let [map, prog] = <[OwnedFd; 2]>::try_from(t.fds.iter().map(|f| f.try_clone()).collect::<io::Result<Vec<_>>>()?)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "shared UDP steering needs two fds"))?;
-    let steering = ReuseportSteering::from_fds(map, prog);
+    let fds = <[OwnedFd; 3]>::try_from(t.fds.iter().map(|f| f.try_clone()).collect::<io::Result<Vec<_>>>()?)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "shared UDP steering needs three fds"))?;
+    let steering = ReuseportSteering::from_fds(fds);
     steering.attach(fd.as_fd())?;
     steering.insert(u32::from(t.block), fd.as_fd())?;
     tracing::info!(%local, block = t.block, "sharing the UDP port: this process owns QPNs {:#04x}xxxx", t.block);
-    Ok(t)
+    Ok((t, steering))
 }
 
 /// The kernel-UDP backend.
 pub struct UdpBackend {
     fd: OwnedFd,
     /// This process's QPN block and the shared steering, when sharing the port.
-    share: Option<crate::share::Tenancy>,
+    share: Option<(crate::share::Tenancy, ReuseportSteering)>,
     local: SocketAddr,
     scope_id: u32,
     opts: UdpOptions,
@@ -391,7 +392,7 @@ impl UdpBackend {
 
     /// The QPN block this process owns on a shared port ([`UdpOptions::shared`]).
     pub fn qpn_block(&self) -> Option<u8> {
-        self.share.as_ref().map(|t| t.block)
+        self.share.as_ref().map(|(t, _)| t.block)
     }
 
     /// The address the socket is bound to.
@@ -1018,6 +1019,29 @@ impl Backend for UdpBackend {
 
     fn qpn_block(&self) -> Option<u8> {
         UdpBackend::qpn_block(self)
+    }
+
+    fn steers_qp1(&self) -> bool {
+        true
+    }
+
+    fn listen_service(&mut self, service_id: u64) -> io::Result<()> {
+        let Some((t, steering)) = &self.share else { return Ok(()) };
+        steering.listen(service_id, u32::from(t.block))?;
+        tracing::debug!(
+            service_id = format_args!("{service_id:#018x}"),
+            block = t.block,
+            "REQs for the service steered here"
+        );
+        Ok(())
+    }
+
+    fn unlisten_service(&mut self, service_id: u64) {
+        if let Some((_, steering)) = &self.share {
+            if let Err(e) = steering.unlisten(service_id) {
+                tracing::warn!(%e, service_id, "could not stop steering a service's REQs here");
+            }
+        }
     }
 }
 

@@ -357,6 +357,12 @@ pub struct CmConfig {
     pub hi_tid: u32,
     /// Seed of the communication IDs (any value; Linux XORs a random operand in).
     pub comm_id_seed: u32,
+    /// The top byte of every communication ID (and SIDR request ID) we allocate: the QPN block
+    /// of one process among several on an interface (`DeviceConfig::qpn_block`). Every CM
+    /// message but a REQ names its receiver's ID (remote communication ID; SIDR REP: the
+    /// request ID), so the kernel's steering program reads that byte to find the process a MAD
+    /// to QP1 belongs to. `None`: IDs over all 32 bits.
+    pub id_block: Option<u8>,
     /// Communication IDs alive at once (connections, REQs being answered, time wait).
     pub max_ids: usize,
     /// Listeners.
@@ -375,6 +381,7 @@ impl Default for CmConfig {
             ca_guid: 0,
             hi_tid: 1,
             comm_id_seed: 0x5eed_c0de,
+            id_block: None,
             max_ids: 4096,
             max_listeners: 256,
             backlog: 256,
@@ -506,6 +513,8 @@ impl Cm {
             // An odd multiplier is a bijection on u32: IDs look random and do not repeat
             // before 2^32 allocations.
             let id = self.next_id.wrapping_mul(0x9e37_79b1) ^ self.cfg.comm_id_seed;
+            // (with a block, the low 24 bits: still a bijection on `next_id` mod 2^24)
+            let id = self.cfg.id_block.map_or(id, |b| u32::from(b) << 24 | id & 0x00ff_ffff);
             if id != 0 && !self.conns.contains_key(&id) {
                 return Ok(id);
             }

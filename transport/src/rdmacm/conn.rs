@@ -176,6 +176,7 @@ impl RdmaCm {
         };
         let cm = self.cm.connect(now, &cp).map_err(RdmaCmError::Cm)?;
         self.by_cm.insert(cm, id.0);
+        let ack_timeout = self.ids.get(&id.0).and_then(|i| i.ack_timeout);
         let link = Link {
             cm,
             peer,
@@ -193,6 +194,7 @@ impl RdmaCm {
             rnr_retry_count: p.rnr_retry_count & 7,
             disconnected: false,
             managed,
+            ack_timeout,
         };
         let i = self.id_mut(id)?;
         i.link = Some(link);
@@ -221,7 +223,7 @@ impl RdmaCm {
             max_dest_rd_atomic: l.responder_resources,
             max_rd_atomic: l.initiator_depth,
             min_rnr_timer: 0,
-            timeout: l.path.local_ack_timeout,
+            timeout: l.ack_timeout.unwrap_or(l.path.local_ack_timeout),
             retry_cnt: l.retry_count,
             rnr_retry: l.rnr_retry_count,
             hop_limit: l.path.hop_limit,
@@ -448,6 +450,7 @@ impl RdmaCm {
             rnr_retry_count: r.rnr_retry_count,
             disconnected: false,
             managed: false,
+            ack_timeout: None,
         };
         let param = PeerParam {
             responder_resources: r.initiator_depth,

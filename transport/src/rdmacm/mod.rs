@@ -283,6 +283,8 @@ struct Link {
     /// This layer moves the QP (it came through `rdma_create_qp`); otherwise the program does,
     /// with [`RdmaCm::init_qp_attr`].
     managed: bool,
+    /// The program's ACK timeout for the QP (`RDMA_OPTION_ID_ACK_TIMEOUT`), over the path's.
+    ack_timeout: Option<u8>,
 }
 
 /// The hop limit of the paths RDMA-CM resolves (the kernel takes the route's: 64 unless
@@ -309,6 +311,8 @@ struct Id {
     /// A UD ID's SIDR exchange: ours (active, until the SIDR_REP) or the peer's (passive, until
     /// accepted or rejected).
     sidr: Option<CmId>,
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`, for the connection's QP.
+    ack_timeout: Option<u8>,
 }
 
 /// The RDMA-CM of one device.
@@ -403,6 +407,7 @@ impl RdmaCm {
             link: None,
             req: None,
             sidr: None,
+            ack_timeout: None,
         };
         self.ids.insert(self.next_id, id);
         Ok(IdHandle(self.next_id))
@@ -470,6 +475,31 @@ impl RdmaCm {
         i.state = IdState::RouteResolved;
         self.event(id, None, EventKind::RouteResolved, 0);
         Ok(())
+    }
+
+    /// The service ID a listen on `id` takes (IBTA Annex A11: its port space and bound port):
+    /// what the kernel's steering must send to this process when it shares its interface.
+    pub fn service_id(&self, id: IdHandle) -> Result<u64, RdmaCmError> {
+        let i = self.ids.get(&id.0).ok_or(RdmaCmError::UnknownId)?;
+        let src = i.src.ok_or(RdmaCmError::InvalidState("rdma_listen on an unbound ID"))?;
+        Ok(uroce_wire::cm::ip::service_id(i.ps, src.port()))
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT)` (Linux
+    /// `rdma_set_ack_timeout`): the QP's local ACK timeout when it goes to RTS, instead of the
+    /// one the path gives (`cma_modify_qp_rts`, `rdma_init_qp_attr`).
+    pub fn set_ack_timeout(&mut self, id: IdHandle, timeout: u8) -> Result<(), RdmaCmError> {
+        let i = self.id_mut(id)?;
+        i.ack_timeout = Some(timeout);
+        if let Some(l) = i.link.as_mut() {
+            l.ack_timeout = Some(timeout);
+        }
+        Ok(())
+    }
+
+    /// Whether `id` listens.
+    pub fn listening(&self, id: IdHandle) -> bool {
+        self.ids.get(&id.0).is_some_and(|i| i.state == IdState::Listen)
     }
 
     /// `rdma_listen` (the backlog is the CM's, per listener).

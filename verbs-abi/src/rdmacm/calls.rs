@@ -171,7 +171,11 @@ pub unsafe extern "C" fn uroce_rdma_destroy_id(id: *mut RdmaCmIdC) -> c_int {
     if let Some((dev, h)) = at {
         let _ = with_cm(dev, |g, port| {
             g.ids.remove(&h);
+            let listened = g.cm.listening(h).then(|| g.cm.service_id(h).ok()).flatten();
             let _ = g.cm.destroy_id(port.now(), h);
+            if let Some(sid) = listened {
+                port.unlisten_service(sid);
+            }
         });
     }
     // SAFETY: a registered ID.
@@ -363,7 +367,25 @@ pub unsafe extern "C" fn uroce_rdma_resolve_route(id: *mut RdmaCmIdC, _timeout_m
 /// `rdma_listen(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdma_listen(id: *mut RdmaCmIdC, _backlog: c_int) -> c_int {
-    on_cm(id, |g, _, h| g.cm.listen(h))
+    let Ok(i) = id_of(id) else { return err(libc::EINVAL) };
+    let Ok((dev, h)) = bound(i) else { return err(libc::EINVAL) };
+    let r = with_cm(dev, |g, port| {
+        let sid = g.cm.service_id(h).map_err(|e| e.errno())?;
+        // Another process on the interface may listen on it (the kernel's port space is the
+        // host's: EADDRINUSE, as a second bind would give).
+        port.listen_service(sid).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
+            _ => e.raw_os_error().unwrap_or(libc::EIO),
+        })?;
+        g.cm.listen(h).map_err(|e| {
+            port.unlisten_service(sid);
+            e.errno()
+        })
+    });
+    match r {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) | Err(e) => err(e),
+    }
 }
 
 /// `rdma_create_qp(3)` (librdmacm `rdma_create_qp_ex`): a QP in `pd` (NULL: the ID's), with a
@@ -687,24 +709,40 @@ pub unsafe extern "C" fn uroce_rdma_get_dst_port(id: *mut RdmaCmIdC) -> u16 {
     id_of(id).map_or(0, |i| port_of(&i.c.route.addr.dst))
 }
 
-/// `rdma_set_option(3)`: the ID options (`RDMA_OPTION_ID_TOS`, `_REUSEADDR`, `_AFONLY`,
-/// `_ACK_TIMEOUT`) are accepted and not yet applied; IB path records are `ENOSYS`.
+/// `rdma_set_option(3)`: `RDMA_OPTION_ID_ACK_TIMEOUT` (a `u8`, as the kernel takes it) sets
+/// the connection's QP's ACK timeout; the other ID options (`_TOS`, `_REUSEADDR`, `_AFONLY`)
+/// are accepted and not yet applied; IB path records are `ENOSYS`.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdma_set_option(
     id: *mut RdmaCmIdC,
     level: c_int,
     name: c_int,
-    _val: *mut c_void,
-    _len: usize,
+    val: *mut c_void,
+    len: usize,
 ) -> c_int {
     if id_of(id).is_err() {
         return err(libc::EINVAL);
     }
     match (level, name) {
-        (0, 0..=3) => 0,
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => {
+            if val.is_null() || len != 1 {
+                return err(libc::EINVAL);
+            }
+            // SAFETY: the caller's one byte, checked not NULL.
+            let t = unsafe { *val.cast::<u8>() };
+            if t > 31 {
+                return err(libc::EINVAL);
+            }
+            on_cm(id, |g, _, h| g.cm.set_ack_timeout(h, t))
+        }
+        (RDMA_OPTION_ID, 0..=2) => 0,
         _ => err(libc::ENOSYS),
     }
 }
+
+/// `RDMA_OPTION_ID` and its `RDMA_OPTION_ID_ACK_TIMEOUT` (rdma_cma.h).
+const RDMA_OPTION_ID: c_int = 0;
+const RDMA_OPTION_ID_ACK_TIMEOUT: c_int = 3;
 
 /// `rdma_notify(3)`: nothing to do (the CM here needs no notice of COMM_EST to progress).
 #[no_mangle]
@@ -884,8 +922,50 @@ pub unsafe extern "C" fn uroce_rdma_free_devices(list: *mut *mut IbvContext) {
     unsafe { libc::free(list.cast()) };
 }
 
+/// `struct ibv_ece` (verbs.h): Enhanced Connection Establishment's vendor ID and options.
+#[repr(C)]
+pub struct IbvEce {
+    /// The vendor's IEEE OUI (0: none).
+    pub vendor_id: u32,
+    /// Vendor-defined options.
+    pub options: u32,
+    /// Must be 0.
+    pub comp_mask: u32,
+}
+
+/// Whether `id` may carry ECE: a live ID without a QP of its own (librdmacm checks `id->qp`:
+/// ECE is for programs that drive an external QP).
+fn ece_id(id: *mut RdmaCmIdC) -> bool {
+    // SAFETY: read only after the registry says the ID is ours.
+    id_of(id).is_ok() && unsafe { (*id).qp.is_null() }
+}
+
+/// `rdma_set_local_ece(3)`: librdmacm's checks (a vendor ID, no comp_mask, no QP on the ID).
+/// uroce's CM sends no ECE in its REQ and REP (rxe's kernel sends none either), so the options
+/// are accepted and not carried.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_set_local_ece(id: *mut RdmaCmIdC, ece: *mut IbvEce) -> c_int {
+    // SAFETY: the caller's ECE, read after the NULL check.
+    if !ece_id(id) || ece.is_null() || unsafe { (*ece).vendor_id == 0 || (*ece).comp_mask != 0 } {
+        return err(libc::EINVAL);
+    }
+    0
+}
+
+/// `rdma_get_remote_ece(3)`: the peer's ECE; uroce's CM reads none from the wire, so zeros, as
+/// librdmacm reports for a peer that sent none.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_get_remote_ece(id: *mut RdmaCmIdC, ece: *mut IbvEce) -> c_int {
+    if !ece_id(id) || ece.is_null() {
+        return err(libc::EINVAL);
+    }
+    // SAFETY: the caller's ECE, checked not NULL.
+    unsafe { ece.write(IbvEce { vendor_id: 0, options: 0, comp_mask: 0 }) };
+    0
+}
+
 /// What every librdmacm call without an implementation here jumps to (rsockets, multicast,
-/// endpoints, ECE, SRQs through the CM, ...): -1 with `errno` `ENOSYS`. The arguments are not
+/// endpoints, SRQs through the CM, ...): -1 with `errno` `ENOSYS`. The arguments are not
 /// read (the SysV x86-64 and AArch64 conventions let a callee ignore them); -1 in the full
 /// register reads as -1 for an `int`, `ssize_t` or `off_t` result.
 #[no_mangle]

@@ -123,17 +123,27 @@ pub(crate) fn host(dev: &'static Device) -> Result<(Host, &'static Context), c_i
     let ctx = unsafe { crate::device::ibv_open_device((&dev.ibv as *const crate::abi::IbvDevice).cast_mut()) };
     let c = crate::device::context(ctx).ok_or(libc::ENODEV)?;
     let (_, rt) = crate::datapath::rt_of(ctx)?;
-    if crate::datapath::runtime_shared(dev) {
+    let (steers_qp1, block) = rt.with_port(|p| (p.steers_qp1(), p.device_ref().config().qpn_block));
+    if crate::datapath::runtime_shared(dev) && !steers_qp1 {
         eprintln!(
-            "uroce: rdma_cm on {}: this process shares the interface with other uroce processes (its verbs \
-             started first), and QP1 belongs to none of them; run it with UROCE_SHARE=0",
+            "uroce: rdma_cm on {}: this process shares the interface with other uroce processes over AF_XDP \
+             (its verbs started first), whose steering gives QP1 to none of them; run it with UROCE_SHARE=0 \
+             or UROCE_BACKEND=udp",
             dev.iface.name
         );
         return Err(libc::EOPNOTSUPP);
     }
     let guid = u64::from_be_bytes(dev.guid);
+    // Sharing the interface: this process's CM IDs carry its QPN block, which the steering
+    // reads to bring it the MADs that name them (`uroce_wire::cm::steer`).
     let cfg = RdmaCmConfig {
-        cm: CmConfig { ca_guid: guid, hi_tid: std::process::id(), comm_id_seed: seed() as u32, ..CmConfig::default() },
+        cm: CmConfig {
+            ca_guid: guid,
+            hi_tid: std::process::id(),
+            comm_id_seed: seed() as u32,
+            id_block: block,
+            ..CmConfig::default()
+        },
         seed: seed(),
         ..RdmaCmConfig::default()
     };

@@ -201,6 +201,62 @@ pub enum CmMessage<'a> {
     SidrRep(SidrRepRepr<'a>),
 }
 
+/// Which of several CMs on one address a CM message is for: the listener of a service, or the
+/// holder of a communication ID.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Receiver {
+    /// REQ and SIDR_REQ: whoever listens on this service ID.
+    Service(u64),
+    /// Every other message: whoever allocated this ID (the remote communication ID, or a SIDR
+    /// REP's request ID: the ID the receiver chose when it sent the REQ or SIDR REQ).
+    Id(u32),
+}
+
+/// Where the field that names a CM message's receiver lies, for a steering program that cannot
+/// parse the message (`uroce_xdp_prog::reuseport`): offsets into the MAD's data, and into the
+/// UDP datagram of a RoCEv2 MAD to QP1 (UDP header, BTH, DETH, then the MAD).
+pub mod steer {
+    use super::{AttrId, DATA_LEN, HEADER_LEN};
+    use crate::field::get_u32;
+    use crate::mad::Mad;
+
+    /// REQ (Table 106) and SIDR_REQ (Table 119): the 8-byte service ID.
+    pub const SERVICE_ID: usize = 8;
+    /// SIDR_REP (Table 120): the 4-byte request ID.
+    pub const REQUEST_ID: usize = 0;
+    /// MRA, REJ, REP, RTU, DREQ, DREP, LAP, APR (Tables 107–118): the 4-byte remote
+    /// communication ID.
+    pub const REMOTE_COMM_ID: usize = 4;
+    /// The MAD's offset in the UDP datagram (UDP header, BTH, DETH).
+    pub const MAD_IN_UDP: usize = crate::udp::HEADER_LEN + crate::bth::HEADER_LEN + 8;
+    /// The MAD data's offset in the UDP datagram.
+    pub const DATA_IN_UDP: usize = MAD_IN_UDP + HEADER_LEN;
+    /// The management class's offset in the UDP datagram.
+    pub const MGMT_CLASS_IN_UDP: usize = MAD_IN_UDP + 1;
+    /// The attribute ID's offset in the UDP datagram (2 bytes, big-endian).
+    pub const ATTR_ID_IN_UDP: usize = MAD_IN_UDP + 16;
+
+    /// The receiver a CM MAD names: by its attribute ID, a field at a fixed offset, whatever
+    /// the rest holds (the rule the steering program applies byte for byte). `None`: not a CM
+    /// MAD.
+    pub fn receiver(mad: &Mad<'_>) -> Option<super::Receiver> {
+        if mad.header.mgmt_class != crate::mad::MgmtClass::CM {
+            return None;
+        }
+        let d: &[u8; DATA_LEN] = mad.data;
+        let id = |at: usize| super::Receiver::Id(get_u32(d, at));
+        Some(match AttrId(mad.header.attr_id) {
+            AttrId::REQ | AttrId::SIDR_REQ => {
+                let mut b = [0; 8];
+                b.copy_from_slice(&d[SERVICE_ID..SERVICE_ID + 8]);
+                super::Receiver::Service(u64::from_be_bytes(b))
+            }
+            AttrId::SIDR_REP => id(REQUEST_ID),
+            _ => id(REMOTE_COMM_ID),
+        })
+    }
+}
+
 /// Private data field sizes (IBTA §12.6, Tables 106–120).
 pub mod private_len {
     /// REQ.

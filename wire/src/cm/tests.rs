@@ -211,3 +211,37 @@ fn oversized_fields_are_refused_at_emit() {
     };
     assert!(matches!(CmMessage::Rej(rej).emit(0, 0, &mut m), Err(Error::InvalidRepr { .. })));
 }
+
+proptest! {
+    /// The steering rule (`steer::receiver`, fixed offsets by attribute) names the same receiver
+    /// the parsed message does: a REQ's or SIDR REQ's service ID, a SIDR REP's request ID, every
+    /// other message's remote communication ID.
+    #[test]
+    fn steering_reads_the_receiver_the_parser_reads(data in any::<[u8; DATA_LEN]>(), a in 0usize..ATTRS.len()) {
+        let m = mad_with(ATTRS[a], &data);
+        let mad = Mad::parse(&m, 0).unwrap();
+        let by_offset = steer::receiver(&mad).unwrap();
+        if let Ok(msg) = CmMessage::parse(&mad, 0) {
+            let parsed = match msg {
+                CmMessage::Req(r) => Receiver::Service(r.service_id),
+                CmMessage::SidrReq(r) => Receiver::Service(r.service_id),
+                CmMessage::SidrRep(r) => Receiver::Id(r.request_id),
+                other => Receiver::Id(other.ids().remote),
+            };
+            prop_assert_eq!(by_offset, parsed);
+        }
+        // and in the datagram: the offsets the steering program reads
+        let mut udp = [0u8; steer::MAD_IN_UDP + MAD_LEN];
+        udp[steer::MAD_IN_UDP..].copy_from_slice(&m);
+        prop_assert_eq!(udp[steer::MGMT_CLASS_IN_UDP], MgmtClass::CM.0);
+        prop_assert_eq!(u16::from_be_bytes([udp[steer::ATTR_ID_IN_UDP], udp[steer::ATTR_ID_IN_UDP + 1]]), ATTRS[a]);
+        prop_assert_eq!(&udp[steer::DATA_IN_UDP..], &data[..]);
+    }
+}
+
+#[test]
+fn a_mad_of_another_class_names_no_receiver() {
+    let mut m = mad_with(0x0010, &[0; DATA_LEN]);
+    m[1] = 0x04; // PerfMgt
+    assert_eq!(steer::receiver(&Mad::parse(&m, 0).unwrap()), None);
+}
