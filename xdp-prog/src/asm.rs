@@ -120,6 +120,15 @@ impl Size {
             Size::DW => BPF_DW,
         }
     }
+    /// The size bits of a load or store opcode.
+    fn of_code(code: u8) -> Size {
+        match code & 0x18 {
+            BPF_B => Size::B,
+            BPF_H => Size::H,
+            BPF_W => Size::W,
+            _ => Size::DW,
+        }
+    }
     fn c_type(self) -> &'static str {
         match self {
             Size::B => "u8",
@@ -334,30 +343,15 @@ impl Assembled {
                 }
             }
             BPF_LDX => {
-                let size = match i.code & 0x18 {
-                    BPF_B => Size::B,
-                    BPF_H => Size::H,
-                    BPF_W => Size::W,
-                    _ => Size::DW,
-                };
+                let size = Size::of_code(i.code);
                 (format!("r{d} = *({} *)(r{s} {:+})", size.c_type(), i.off), 1)
             }
             BPF_ST => {
-                let size = match i.code & 0x18 {
-                    BPF_B => Size::B,
-                    BPF_H => Size::H,
-                    BPF_W => Size::W,
-                    _ => Size::DW,
-                };
+                let size = Size::of_code(i.code);
                 (format!("*({} *)(r{d} {:+}) = {:#x}", size.c_type(), i.off, i.imm), 1)
             }
             BPF_STX => {
-                let size = match i.code & 0x18 {
-                    BPF_B => Size::B,
-                    BPF_H => Size::H,
-                    BPF_W => Size::W,
-                    _ => Size::DW,
-                };
+                let size = Size::of_code(i.code);
                 (format!("*({} *)(r{d} {:+}) = r{s}", size.c_type(), i.off), 1)
             }
             BPF_LD if i.code == BPF_LD | BPF_DW | BPF_IMM => {

@@ -57,18 +57,24 @@ fn pending(s: &UdpSocket) -> bool {
     r
 }
 
-#[test]
-fn datagrams_reach_the_socket_of_their_qpn_block() {
-    if !privileged("datagrams_reach_the_socket_of_their_qpn_block") {
-        return;
-    }
-    let steering = ReuseportSteering::create().expect("map and program");
+/// The steering and two sockets of one group on loopback, in blocks 1 (`a`) and 2 (`b`).
+fn two_members() -> (ReuseportSteering, UdpSocket, UdpSocket, SocketAddr) {
+    let steering = ReuseportSteering::create().expect("maps and program");
     let a = reuseport_socket("127.0.0.1:0".parse().unwrap());
     let addr = a.local_addr().unwrap();
     let b = reuseport_socket(addr);
     steering.attach(a.as_fd()).expect("attach");
     steering.insert(1, a.as_fd()).unwrap();
     steering.insert(2, b.as_fd()).unwrap();
+    (steering, a, b, addr)
+}
+
+#[test]
+fn datagrams_reach_the_socket_of_their_qpn_block() {
+    if !privileged("datagrams_reach_the_socket_of_their_qpn_block") {
+        return;
+    }
+    let (_steering, a, b, addr) = two_members();
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
 
     // Many QPNs of each block, from one source (one 4-tuple hash): each lands by its block.
@@ -132,13 +138,7 @@ fn mads_to_qp1_reach_the_listener_or_the_holder_of_the_id() {
     if !privileged("mads_to_qp1_reach_the_listener_or_the_holder_of_the_id") {
         return;
     }
-    let steering = ReuseportSteering::create().expect("maps and program");
-    let a = reuseport_socket("127.0.0.1:0".parse().unwrap());
-    let addr = a.local_addr().unwrap();
-    let b = reuseport_socket(addr);
-    steering.attach(a.as_fd()).expect("attach");
-    steering.insert(1, a.as_fd()).unwrap();
-    steering.insert(2, b.as_fd()).unwrap();
+    let (steering, a, b, addr) = two_members();
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
 
     // A REQ (and a SIDR REQ) for a service: its listener's socket, whatever the source.
