@@ -97,6 +97,55 @@ fn stock_rping_between_two_uroce_processes_over_af_xdp_and_udp() {
     }
 }
 
+/// Several RDMA-CM processes on one interface: two rping servers (ports 7471 and 7472) in one
+/// namespace and two clients at once in the other, four uroce processes, two per interface,
+/// sharing it; each process's CM gets the MADs its messages name (the XDP program or the
+/// reuseport program read them), every ping's data checked on both ends.
+#[test]
+fn two_rping_pairs_at_once_with_two_processes_per_interface() {
+    let Some(dir) = setup("rdma_cm_programs::shared", &["rping"]) else { return };
+    let net = NetPair::create(&PairConfig { subnet: 147, ..PairConfig::new("rs", 1500) }).expect("veth pair");
+    let ip = net.b.ip4.to_string();
+    for backend in ["xdp", "udp"] {
+        let env = [format!("UROCE_BACKEND={backend}")];
+        let env: Vec<&str> = env.iter().map(String::as_str).collect();
+        let ports = ["7471", "7472"];
+        let servers: Vec<_> = ports
+            .iter()
+            .map(|p| {
+                spawn(
+                    &net.b.ns,
+                    &dir,
+                    &env,
+                    &args(&["rping", "-s", "-a", &ip, "-p", p, "-C", "20", "-S", "1024", "-v"]),
+                )
+            })
+            .collect();
+        let clients: Vec<Output> = std::thread::scope(|sc| {
+            let hs: Vec<_> = ports
+                .iter()
+                .map(|p| {
+                    let client = args(&["rping", "-c", "-a", &ip, "-p", p, "-C", "20", "-S", "1024", "-v"]);
+                    let (net, dir, env) = (&net, &dir, &env);
+                    sc.spawn(move || client_until_served(net, dir, env, &client))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("client thread")).collect()
+        });
+        for (i, (c, s)) in clients.iter().zip(servers).enumerate() {
+            let s = s.finish("server", Duration::from_secs(120));
+            let (ct, st) = (text(c), text(&s));
+            let head = |t: &str| t.lines().take(6).map(|l| &l[..l.len().min(160)]).collect::<Vec<_>>().join("\n");
+            assert!(c.status.success() && s.status.success(), "{backend} pair {i}:\n{}\n---\n{}", head(&ct), head(&st));
+            assert_eq!(ct.matches("ping data: rdma-ping-").count(), 20, "{backend} pair {i}:\n{}", head(&ct));
+            assert_eq!(st.matches("server ping data: rdma-ping-").count(), 20, "{backend} pair {i}:\n{}", head(&st));
+        }
+        eprintln!(
+            "[rdma_cm] two rping pairs at once over {backend}, two processes per interface: 20 pings each verified"
+        );
+    }
+}
+
 /// perftest with `-R`: WRITE, READ and SEND bandwidth, 2000 iterations each, connected through
 /// RDMA-CM; the client prints its row with the iterations asked for and a positive bandwidth.
 #[test]

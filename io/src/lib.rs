@@ -115,6 +115,13 @@ pub trait Backend: Send {
         None
     }
 
+    /// Whether a frame this backend sends to the interface's own address comes back in (to
+    /// another process sharing it, through the kernel's steering): kernel UDP loops it through
+    /// the stack; a frame an AF_XDP socket sends leaves by the NIC and does not come back.
+    fn reaches_own_address(&self) -> bool {
+        false
+    }
+
     /// Whether MADs to QP1 reach this process when it shares the interface: the kernel's
     /// steering reads a CM message's receiver (`uroce_wire::cm::steer`), and RDMA-CM may run
     /// in several processes at once. A backend that does not share needs no steering: `true`.

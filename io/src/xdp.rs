@@ -103,7 +103,7 @@ pub struct XdpBackend {
     /// None when the interface is shared with other processes: then `share` holds the XSKMAP
     /// and this process's QPN block, and the broker the program's link.
     steering: Option<Arc<XdpSteering>>,
-    share: Option<(uroce_xdp_prog::XskMap, crate::share::Tenancy)>,
+    share: Option<Shared>,
     ifname: String,
     scratch: Vec<u8>,
     tx_chunk: usize,
@@ -263,9 +263,11 @@ impl XdpBackend {
             if st.program().queues() < queues {
                 return Err(err("XSKMAP", &"fewer slots than queues"));
             }
+            let services = st.program().services().ok_or_else(|| err("XDP program", &"no listeners' map"))?;
             let mut fds = vec![
                 st.program().xsk_map().as_fd().try_clone_to_owned()?,
                 st.attachment().link_fd().try_clone_to_owned()?,
+                services.as_fd().try_clone_to_owned()?,
             ];
             for q in 0..queues {
                 let (memfd, anchor) = create_shared_queue(ifindex, q, &cfg, geom)
@@ -276,16 +278,18 @@ impl XdpBackend {
             Ok(fds)
         })?;
         let block = u32::from(tenancy.block);
-        if block > MAX_XDP_TENANTS || tenancy.fds.len() != 2 + 2 * queues as usize {
+        if block > MAX_XDP_TENANTS || tenancy.fds.len() != SHARED_FDS + 2 * queues as usize {
             return Err(err(
                 "sharing",
                 &format!("at most {MAX_XDP_TENANTS} processes share an interface's AF_XDP queues"),
             ));
         }
         let map = uroce_xdp_prog::XskMap::from_fd(tenancy.fds[0].try_clone()?, queues * uroce_xdp_prog::BLOCK_SLOTS);
+        let services = uroce_xdp_prog::ServiceMap::from_fd(tenancy.fds[2].try_clone()?);
         let mut sockets = Vec::new();
         for q in 0..queues {
-            let (memfd, anchor) = (&tenancy.fds[2 + 2 * q as usize], &tenancy.fds[3 + 2 * q as usize]);
+            let at = SHARED_FDS + 2 * q as usize;
+            let (memfd, anchor) = (&tenancy.fds[at], &tenancy.fds[at + 1]);
             let s = XskSocket::join_shared(ifindex, q, &cfg, geom, memfd.as_fd(), anchor.as_fd(), block - 1)
                 .map_err(|e| err(&format!("AF_XDP socket on queue {q}"), &e))?;
             map.insert(q * uroce_xdp_prog::BLOCK_SLOTS + block, s.as_fd())
@@ -303,13 +307,28 @@ impl XdpBackend {
         Ok(XdpBackend {
             sockets,
             steering: None,
-            share: Some((map, tenancy)),
+            share: Some(Shared { _map: map, services, tenancy }),
             ifname: ifname.to_string(),
             scratch: vec![0; MAX_FRAME],
             tx_chunk,
             focus: None,
             rx_frames,
         })
+    }
+}
+
+/// What a process sharing the interface holds of what the processes share.
+struct Shared {
+    /// The XSKMAP its sockets are registered in (held while they are).
+    _map: uroce_xdp_prog::XskMap,
+    /// The CM listeners' map the program steers REQs by.
+    services: uroce_xdp_prog::ServiceMap,
+    tenancy: crate::share::Tenancy,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("block", &self.tenancy.block).finish_non_exhaustive()
     }
 }
 
@@ -324,7 +343,7 @@ impl Backend for XdpBackend {
             if zc { "zero-copy" } else { "copy" },
             match (&self.steering, &self.share) {
                 (Some(st), _) => format!("{:?}", st.attachment().mode()),
-                (None, Some((_, t))) => format!("shared, QPN block {:#04x}", t.block),
+                (None, Some(s)) => format!("shared, QPN block {:#04x}", s.tenancy.block),
                 (None, None) => "no".to_string(),
             }
         )
@@ -468,9 +487,36 @@ impl Backend for XdpBackend {
     }
 
     fn qpn_block(&self) -> Option<u8> {
-        self.share.as_ref().map(|(_, t)| t.block)
+        self.share.as_ref().map(|s| s.tenancy.block)
+    }
+
+    fn steers_qp1(&self) -> bool {
+        true
+    }
+
+    fn listen_service(&mut self, service_id: u64) -> io::Result<()> {
+        let Some(s) = &self.share else { return Ok(()) };
+        s.services.listen(service_id, u32::from(s.tenancy.block))?;
+        tracing::debug!(
+            service_id = format_args!("{service_id:#018x}"),
+            block = s.tenancy.block,
+            "REQs for the service steered here"
+        );
+        Ok(())
+    }
+
+    fn unlisten_service(&mut self, service_id: u64) {
+        if let Some(s) = &self.share {
+            if let Err(e) = s.services.unlisten(service_id) {
+                tracing::warn!(%e, service_id, "could not stop steering a service's REQs here");
+            }
+        }
     }
 }
+
+/// The fds every sharing process gets before its queues' (memfd, anchor) pairs: the XSKMAP,
+/// the program's link, the CM listeners' map.
+const SHARED_FDS: usize = 3;
 
 /// Receive queues of `ifname` (at least 1).
 fn rx_queues(ifname: &str) -> u32 {

@@ -62,6 +62,10 @@ pub struct DeviceConfig {
     /// one of several processes on one interface owns, which the kernel's steering program
     /// reads to choose the process (`uroce_xdp_prog::reuseport`). `None`: the whole space.
     pub qpn_block: Option<u8>,
+    /// A frame to the device's own address reaches another process on the interface through
+    /// the wire ([`Self::delivers_locally`]): true over kernel UDP, whose stack loops it back
+    /// to the steering; an AF_XDP frame leaves by the NIC and does not come back.
+    pub own_address_via_wire: bool,
     /// Congestion control: ECN marking, CNPs, the reaction point (default: all off, as rxe).
     pub cc: crate::cc::CongestionConfig,
     /// What a connected QP checks beyond what rxe checks, against frames an attacker on the
@@ -166,6 +170,7 @@ impl DeviceConfig {
             tx_fast_path: true,
             qpn_shard: QpnShard::default(),
             qpn_block: None,
+            own_address_via_wire: false,
             cc: crate::cc::CongestionConfig::default(),
             guards: Guards::default(),
         }
@@ -173,12 +178,16 @@ impl DeviceConfig {
 
     /// Whether a frame to QP `rqpn` at `peer` is this device's to receive (delivered to itself
     /// instead of sent: rxe's `rxe_xmit_packet` → `rxe_loopback`): one of its own GIDs, and —
-    /// when the device is one of several processes on the interface ([`Self::qpn_block`]) — a
-    /// QP of its own block. Another process's QP on the same address (QP1 included, block 0)
-    /// gets the frame through the wire, where the kernel's steering program finds its owner.
+    /// when the device is one of several processes on the interface ([`Self::qpn_block`]) and
+    /// the wire brings such frames back ([`Self::own_address_via_wire`]) — a QP of its own
+    /// block. Another process's QP on the same address (QP1 included, block 0) then gets the
+    /// frame through the kernel, whose steering finds its owner.
     pub fn delivers_locally(&self, peer: IpAddr, rqpn: u32) -> bool {
-        self.gids.iter().any(|g| g.to_ip() == peer)
-            && self.qpn_block.is_none_or(|b| (rqpn >> 16) & 0xff == u32::from(b))
+        let own_block = || match self.qpn_block {
+            Some(b) if self.own_address_via_wire => (rqpn >> 16) & 0xff == u32::from(b),
+            _ => true,
+        };
+        self.gids.iter().any(|g| g.to_ip() == peer) && own_block()
     }
 }
 

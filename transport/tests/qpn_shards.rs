@@ -106,8 +106,9 @@ fn another_shards_frame_is_counted_as_such() {
 }
 
 /// A frame to the device's own address is delivered inside the engine only when its QP is the
-/// device's own: with a block, another process's QP on the same address (and QP1, everyone's)
-/// gets it through the wire, where the kernel's steering finds its owner.
+/// device's own: with a block and a wire that brings own-address frames back (kernel UDP),
+/// another process's QP on the same address (and QP1, everyone's) gets it through the wire,
+/// where the kernel's steering finds its owner; over AF_XDP nothing would come back.
 #[test]
 fn only_the_blocks_own_qps_are_loopback() {
     let me: std::net::IpAddr = ipv4(1).into();
@@ -116,6 +117,8 @@ fn only_the_blocks_own_qps_are_loopback() {
     assert!(cfg.delivers_locally(me, 0x07_0042) && cfg.delivers_locally(me, 1), "no block: every own-address QP");
     assert!(!cfg.delivers_locally(other, 0x07_0042));
     cfg.qpn_block = Some(7);
+    assert!(cfg.delivers_locally(me, 0x08_0042) && cfg.delivers_locally(me, 1), "AF_XDP: nothing comes back");
+    cfg.own_address_via_wire = true;
     assert!(cfg.delivers_locally(me, 0x07_0042));
     assert!(!cfg.delivers_locally(me, 0x08_0042), "another process's block");
     assert!(!cfg.delivers_locally(me, 1), "QP1");

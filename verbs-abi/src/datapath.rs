@@ -185,12 +185,6 @@ fn sharing() -> bool {
     std::env::var("UROCE_SHARE").as_deref() != Ok("0")
 }
 
-/// Set by the first RDMA-CM call that needs a device. Over kernel UDP the steering program
-/// gives each process the MADs to QP1 its CM messages name, so RDMA-CM runs in every process
-/// sharing the port; the XDP program does not read MADs yet, so over AF_XDP a runtime started
-/// from then on takes the interface alone.
-pub(crate) static WANTS_QP1: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// Whether the runtime of `dev` (started) shares its interface.
 pub(crate) fn runtime_shared(dev: &crate::device::Device) -> bool {
     dev.shared.load(std::sync::atomic::Ordering::Relaxed)
@@ -199,8 +193,7 @@ pub(crate) fn runtime_shared(dev: &crate::device::Device) -> bool {
 /// AF_XDP, sharing the interface with the other uroce processes on it (each owns a block of
 /// QP numbers: `uroce_io::xdp::XdpBackend::open_shared`) unless `UROCE_SHARE=0`.
 fn xdp() -> BackendKind {
-    let shared = sharing() && !WANTS_QP1.load(std::sync::atomic::Ordering::Relaxed);
-    BackendKind::Xdp(uroce_io::xdp::XdpOptions { shared, ..Default::default() })
+    BackendKind::Xdp(uroce_io::xdp::XdpOptions { shared: sharing(), ..Default::default() })
 }
 
 /// Kernel UDP on 4791 (`UROCE_UDP_PORT` for another), shared with the other uroce processes

@@ -110,6 +110,7 @@ mod error;
 mod loader;
 pub mod program;
 pub mod reuseport;
+pub mod services;
 mod sys;
 
 pub use error::{Error, Step};
@@ -119,3 +120,4 @@ pub use loader::{
 };
 pub use program::{assemble, ProgramConfig, XdpAction, BLOCK_SLOTS, MAX_SHARDS, ROCEV2_UDP_PORT};
 pub use reuseport::ReuseportSteering;
+pub use services::ServiceMap;

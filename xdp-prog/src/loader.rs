@@ -175,6 +175,8 @@ impl TestRun {
 pub struct XdpProgram {
     prog: OwnedFd,
     map: XskMap,
+    /// With [`ProgramConfig::by_block`]: the CM listeners the program steers REQs by.
+    services: Option<crate::ServiceMap>,
     config: ProgramConfig,
 }
 
@@ -190,7 +192,8 @@ impl XdpProgram {
             .checked_mul(config.slots_per_queue())
             .ok_or(Error::InvalidArgument("queues * slots per queue overflows u32"))?;
         let map = XskMap::create("uroce_xsks", entries)?;
-        let prog = assemble(config, map.fd.as_raw_fd());
+        let services = if config.by_block { Some(crate::ServiceMap::create()?) } else { None };
+        let prog = assemble(config, map.fd.as_raw_fd(), services.as_ref().map_or(0, |m| m.as_fd().as_raw_fd()));
         let fd = load_insns(&prog.insns, "uroce_xdp", config.frags)?;
         tracing::debug!(
             insns = prog.insns.len(),
@@ -201,12 +204,18 @@ impl XdpProgram {
             frags = config.frags,
             "XDP program loaded"
         );
-        Ok(XdpProgram { prog: fd, map, config: *config })
+        Ok(XdpProgram { prog: fd, map, services, config: *config })
     }
 
     /// The XSKMAP the program redirects into.
     pub fn xsk_map(&self) -> &XskMap {
         &self.map
+    }
+
+    /// The CM listeners' map ([`ProgramConfig::by_block`] only): REQs for a service listed
+    /// there go to its listener's block.
+    pub fn services(&self) -> Option<&crate::ServiceMap> {
+        self.services.as_ref()
     }
 
     /// The configuration it was built from.

@@ -16,8 +16,9 @@ use crate::asm::{Alu, Asm, Assembled, Cond, Reg, Size};
 /// RoCEv2's IANA-assigned UDP destination port (IBTA Annex A17, RoCEv2).
 pub const ROCEV2_UDP_PORT: u16 = 4791;
 
-/// `BPF_FUNC_redirect_map` from `enum bpf_func_id`.
+/// `BPF_FUNC_redirect_map` and `BPF_FUNC_map_lookup_elem` from `enum bpf_func_id`.
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
 
 // Offsets in `struct xdp_md` (the XDP program context).
 const XDP_MD_DATA: i16 = 0;
@@ -95,8 +96,10 @@ pub struct ProgramConfig {
     pub all_frames: bool,
     /// Several processes on the interface, each owning a block of QPNs (`dest_qpn >> 16`,
     /// 1..=255; `uroce_io::share`): redirect to slot `rx_queue_index * 256 + (dest_qpn >> 16)`
-    /// ([`BLOCK_SLOTS`] per queue); `shards` must be 1. PFC frames and block 0 (QP1's) find no
-    /// socket there: the fallback.
+    /// ([`BLOCK_SLOTS`] per queue); `shards` must be 1. A MAD to QP1 goes to the block its CM
+    /// message names (`uroce_wire::cm::steer`: a REQ's service through
+    /// [`crate::XdpProgram::services`], else the receiver's ID's top byte); PFC frames and
+    /// what names no block find no socket (block 0): the fallback.
     pub by_block: bool,
 }
 
@@ -147,18 +150,63 @@ impl ProgramConfig {
 
 /// A big-endian (network order) 16-bit constant as a `u16` load from packet memory
 /// yields it on this host.
+/// The block a MAD to QP1 belongs to, into r4, then on to `redirect`: what
+/// `uroce_wire::cm::steer` says — a REQ's or SIDR REQ's service ID looked up in the listeners'
+/// map, otherwise the top byte of the receiver's ID (a SIDR REP's request ID, any other
+/// message's remote communication ID); block 0 (nobody's: the fallback) for a frame too short,
+/// another management class, or a service nobody listens on. `r2 + udp` is the UDP header,
+/// `r3` data_end, `r6` the context; r1..r5 are clobbered.
+fn qp1_block(a: &mut Asm, udp: i32, services_fd: i32, redirect: crate::asm::Label) {
+    use uroce_wire::cm::{steer, AttrId};
+    use Reg::*;
+    let at = |off: usize| (udp + off as i32) as i16;
+    // The attribute as a u16 load of its big-endian bytes sees it.
+    let attr = |a: AttrId| net16(a.0);
+    let (nobody, by_service) = (a.label("qp1_nobody"), a.label("qp1_by_service"));
+    let end = steer::DATA_IN_UDP + steer::SERVICE_ID + 8;
+    a.mov64_reg(R4, R2).alu64_imm(Alu::Add, R4, udp + end as i32);
+    a.comment("too short for a CM message's steering fields").jmp_reg(Cond::Gt, R4, R3, nobody);
+    a.comment("r4 = management class").load(Size::B, R4, R2, at(steer::MGMT_CLASS_IN_UDP));
+    a.comment("not the CM's").jmp_imm(Cond::Ne, R4, 0x07, nobody);
+    a.comment("r5 = attribute ID").load(Size::H, R5, R2, at(steer::ATTR_ID_IN_UDP));
+    a.comment("REQ: by service").jmp_imm(Cond::Eq, R5, attr(AttrId::REQ), by_service);
+    a.comment("SIDR_REQ: by service").jmp_imm(Cond::Eq, R5, attr(AttrId::SIDR_REQ), by_service);
+    let by_remote = a.label("qp1_by_remote_id");
+    a.jmp_imm(Cond::Ne, R5, attr(AttrId::SIDR_REP), by_remote);
+    let top_byte = |a: &mut Asm, what: &str, off: usize| {
+        a.comment(what).load(Size::B, R4, R2, at(steer::DATA_IN_UDP + off));
+        a.ja(redirect);
+    };
+    top_byte(a, "SIDR_REP: r4 = the request ID's top byte", steer::REQUEST_ID);
+    a.bind(by_remote);
+    top_byte(a, "r4 = the remote communication ID's top byte", steer::REMOTE_COMM_ID);
+    a.bind(by_service);
+    a.comment("the service ID, as on the wire").load(Size::DW, R4, R2, at(steer::DATA_IN_UDP + steer::SERVICE_ID));
+    a.store(Size::DW, R10, -8, R4);
+    a.comment("the listeners' map").ld_map_fd(R1, services_fd);
+    a.mov64_reg(R2, R10).alu64_imm(Alu::Add, R2, -8);
+    a.comment("bpf_map_lookup_elem(services, &service_id)").call(BPF_FUNC_MAP_LOOKUP_ELEM);
+    a.comment("nobody listens").jmp_imm(Cond::Eq, R0, 0, nobody);
+    a.comment("r4 = the listener's block").load(Size::W, R4, R0, 0);
+    a.ja(redirect);
+    a.bind(nobody);
+    a.comment("r4 = block 0: nobody's").mov64_imm(R4, 0);
+    a.ja(redirect);
+}
+
 fn net16(v: u16) -> i32 {
     i32::from(u16::from_ne_bytes(v.to_be_bytes()))
 }
 
-/// Assemble the program for `cfg`; `map_fd` is the XSKMAP file descriptor (any value for a
-/// listing; the kernel resolves it at load time).
+/// Assemble the program for `cfg`; `map_fd` is the XSKMAP file descriptor and `services_fd`
+/// the CM listeners' [`crate::ServiceMap`], read with [`ProgramConfig::by_block`] only (any
+/// values for a listing; the kernel resolves them at load time).
 ///
 /// # Panics
 ///
 /// If `cfg.shards` is not in 1..=[`MAX_SHARDS`] ([`crate::XdpProgram::load`] checks this
 /// first and returns an error instead).
-pub fn assemble(cfg: &ProgramConfig, map_fd: i32) -> Assembled {
+pub fn assemble(cfg: &ProgramConfig, map_fd: i32, services_fd: i32) -> Assembled {
     use Reg::*;
     assert!(cfg.shards_valid(), "ProgramConfig::shards = {} is not in 1..={MAX_SHARDS}", cfg.shards);
     let sharded = cfg.shards > 1 || cfg.by_block;
@@ -269,6 +317,10 @@ pub fn assemble(cfg: &ProgramConfig, map_fd: i32) -> Assembled {
         a.comment("r5 = dest QP bits 7..0").load(Size::B, R5, R2, bth as i16 + BTH_DEST_QP + 2);
         a.comment("r4 = dest QPN").alu64_reg(Alu::Or, R4, R5);
         if cfg.by_block {
+            let not_qp1 = a.label("not_qp1");
+            a.comment("QP1 is everyone's: its MADs by what they name").jmp_imm(Cond::Ne, R4, 1, not_qp1);
+            qp1_block(&mut a, ETH_HLEN, services_fd, redirect);
+            a.bind(not_qp1);
             a.comment("r4 = block = dest QPN >> 16").alu64_imm(Alu::Rsh, R4, 16);
         } else {
             a.comment("r4 = shard = dest QPN % shards").alu64_imm(Alu::Mod, R4, cfg.shards as i32);
@@ -319,7 +371,7 @@ mod tests {
         let reuseport = crate::reuseport::reuseport_program(0, 0).unwrap().listing();
         let listings = cases
             .into_iter()
-            .map(|(cfg, file, stored)| (assemble(&cfg, 0).listing(), file, stored))
+            .map(|(cfg, file, stored)| (assemble(&cfg, 0, 0).listing(), file, stored))
             .chain([(reuseport, "listing-reuseport.txt", include_str!("listing-reuseport.txt"))]);
         for (listing, file, stored) in listings {
             let path = format!("{}/src/{file}", env!("CARGO_MANIFEST_DIR"));
@@ -332,7 +384,7 @@ mod tests {
 
     #[test]
     fn config_changes_only_the_port_and_fallback_immediates() {
-        let a = assemble(&ProgramConfig::default(), 3);
+        let a = assemble(&ProgramConfig::default(), 3, 0);
         let b = assemble(
             &ProgramConfig {
                 udp_port: 1234,
@@ -343,6 +395,7 @@ mod tests {
                 by_block: false,
             },
             3,
+            0,
         );
         assert_eq!(a.insns.len(), b.insns.len());
         let diffs: Vec<usize> = (0..a.insns.len()).filter(|&i| a.insns[i] != b.insns[i]).collect();
@@ -353,16 +406,16 @@ mod tests {
     #[test]
     fn one_shard_is_the_unsharded_program() {
         // `shards: 1` must not change a single instruction (the listing test pins the bytes).
-        let one = assemble(&ProgramConfig { shards: 1, ..ProgramConfig::default() }, 3);
-        assert_eq!(one.insns, assemble(&ProgramConfig::default(), 3).insns);
+        let one = assemble(&ProgramConfig { shards: 1, ..ProgramConfig::default() }, 3, 0);
+        assert_eq!(one.insns, assemble(&ProgramConfig::default(), 3, 0).insns);
         assert!(!one.insns.iter().any(|i| i.code == 0x97 || i.code == 0x27), "no MOD/MUL with one shard");
     }
 
     #[test]
     fn shards_add_the_bth_read_and_the_slot_arithmetic() {
-        let one = assemble(&ProgramConfig::default(), 3);
+        let one = assemble(&ProgramConfig::default(), 3, 0);
         for n in [2u32, 3, 4, 7, 64] {
-            let p = assemble(&ProgramConfig { shards: n, ..ProgramConfig::default() }, 3);
+            let p = assemble(&ProgramConfig { shards: n, ..ProgramConfig::default() }, 3, 0);
             // The BTH read and slot arithmetic (14), and shard 0 for a PAUSE frame (1).
             assert_eq!(p.insns.len(), one.insns.len() + 15, "shards {n}");
             // ALU64 MOD/MUL by immediate n.
@@ -374,7 +427,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "not in 1..=64")]
     fn zero_shards_do_not_assemble() {
-        assemble(&ProgramConfig { shards: 0, ..ProgramConfig::default() }, 3);
+        assemble(&ProgramConfig { shards: 0, ..ProgramConfig::default() }, 3, 0);
     }
 
     #[test]

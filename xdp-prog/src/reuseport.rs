@@ -29,14 +29,12 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use crate::asm::{Alu, Asm, AsmError, Assembled, Cond, Reg, Size};
 use crate::error::{Error, Step};
-use crate::loader::{load_prog, map_delete, map_lookup, map_update, map_update_flags};
+use crate::loader::{load_prog, map_update};
+use crate::services::ServiceMap;
 use crate::sys::{self, *};
 
 /// Slots of the map: one per possible QPN block.
 pub const BLOCKS: u32 = 256;
-
-/// Services listened on at once, over all the processes of a port.
-pub const MAX_SERVICES: u32 = 4096;
 
 /// Offset of the destination QP's top byte from the start of the UDP header (8-byte UDP
 /// header, then BTH byte 5).
@@ -126,30 +124,14 @@ pub fn reuseport_program(map_fd: i32, services_fd: i32) -> Result<Assembled, Asm
     a.finish()
 }
 
-/// A value of the service map: the listener's block (what the program reads, the first 4
-/// bytes) and its process, to tell a live listener from one that died.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct ListenerEntry {
-    block: u32,
-    pid: u32,
-}
-
-/// Whether process `pid` exists (`kill(pid, 0)`: `EPERM` means it does).
-fn pid_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence and permission.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
 /// The map and the program for one shared port. Any process holding both fds (passed over a
 /// Unix socket) can join a socket to the group and put it in its block's slot.
 #[derive(Debug)]
 pub struct ReuseportSteering {
     map: OwnedFd,
     prog: OwnedFd,
-    /// Service ID (8 bytes, big-endian) → the block of the process listening on it.
-    services: OwnedFd,
+    /// Service ID → the block of the process listening on it.
+    services: ServiceMap,
 }
 
 impl ReuseportSteering {
@@ -166,18 +148,8 @@ impl ReuseportSteering {
         // SAFETY: MapCreateAttr is the BPF_MAP_CREATE layout and holds no pointers.
         let map = unsafe { bpf_fd(BPF_MAP_CREATE, &mut attr) }
             .map_err(|errno| Error::Syscall { step: Step::MapCreate, errno })?;
-        let mut attr = MapCreateAttr {
-            map_type: BPF_MAP_TYPE_HASH,
-            key_size: 8,
-            value_size: size_of::<ListenerEntry>() as u32,
-            max_entries: MAX_SERVICES,
-            map_name: sys::obj_name("uroce_cm_svcs"),
-            ..Default::default()
-        };
-        // SAFETY: as above.
-        let services = unsafe { bpf_fd(BPF_MAP_CREATE, &mut attr) }
-            .map_err(|errno| Error::Syscall { step: Step::MapCreate, errno })?;
-        let insns = reuseport_program(map.as_raw_fd(), services.as_raw_fd())
+        let services = ServiceMap::create()?;
+        let insns = reuseport_program(map.as_raw_fd(), services.as_fd().as_raw_fd())
             .map_err(|_| Error::InvalidArgument("reuseport program"))?;
         let prog = load_prog(&insns.insns, "uroce_qpn_steer", BPF_PROG_TYPE_SK_REUSEPORT, BPF_SK_REUSEPORT_SELECT, 0)?;
         Ok(ReuseportSteering { map, prog, services })
@@ -186,7 +158,7 @@ impl ReuseportSteering {
     /// The steering behind fds another process created ([`ReuseportSteering::fds`], in that
     /// order).
     pub fn from_fds([map, prog, services]: [OwnedFd; 3]) -> Self {
-        ReuseportSteering { map, prog, services }
+        ReuseportSteering { map, prog, services: ServiceMap::from_fd(services) }
     }
 
     /// The socket array's, the program's and the service map's fds, to pass to another
@@ -195,35 +167,18 @@ impl ReuseportSteering {
         [self.map.as_fd(), self.prog.as_fd(), self.services.as_fd()]
     }
 
-    /// REQs and SIDR REQs for `service_id` go to `block`'s socket from now on. `EADDRINUSE`
-    /// (as [`Error::Syscall`]) if a process listens on it already.
+    /// REQs and SIDR REQs for `service_id` go to `block`'s socket from now on
+    /// ([`ServiceMap::listen`]).
     pub fn listen(&self, service_id: u64, block: u32) -> Result<(), Error> {
         if block >= BLOCKS {
             return Err(Error::InvalidArgument("block >= 256"));
         }
-        let key = service_id.to_be_bytes();
-        // SAFETY: getpid has no preconditions.
-        let me = ListenerEntry { block, pid: unsafe { libc::getpid() } as u32 };
-        match map_update_flags(self.services.as_fd(), &key, &me, BPF_NOEXIST) {
-            Err(Error::Syscall { step, errno: libc::EEXIST }) => {
-                // A process that died listening leaves its entry: taken over (the kernel's
-                // bind would have freed the port with the process).
-                let held: Option<ListenerEntry> = map_lookup(self.services.as_fd(), &key)?;
-                match held {
-                    Some(h) if h.pid != me.pid && pid_alive(h.pid) => {
-                        Err(Error::Syscall { step, errno: libc::EADDRINUSE })
-                    }
-                    Some(h) if h.pid == me.pid => Err(Error::Syscall { step, errno: libc::EADDRINUSE }),
-                    _ => map_update(self.services.as_fd(), &key, &me),
-                }
-            }
-            r => r,
-        }
+        self.services.listen(service_id, block)
     }
 
     /// Nobody's REQs for `service_id` any more (a process that stops listening).
     pub fn unlisten(&self, service_id: u64) -> Result<(), Error> {
-        map_delete(self.services.as_fd(), &service_id.to_be_bytes())
+        self.services.unlisten(service_id)
     }
 
     /// Attach the program to the reuseport group of `sock` (bound, with `SO_REUSEPORT`).

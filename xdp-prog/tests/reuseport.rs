@@ -117,24 +117,16 @@ fn datagrams_reach_the_socket_of_their_qpn_block() {
     assert_eq!(recv_tag(&a), 0xd0);
 }
 
-/// A UDP payload carrying a CM MAD to QP1 (BTH SEND ONLY on UD, DETH, the MAD), tagged with
-/// `tag` in the MAD's last byte (private data, which steering never reads).
-fn mad_to_qp1(msg: &uroce_wire::cm::CmMessage<'_>, tag: u8) -> Vec<u8> {
-    use uroce_wire::cm::steer::MAD_IN_UDP;
-    let mut b = vec![0x64, 0, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 0];
-    b.extend_from_slice(&[0x80, 0x01, 0, 0, 0, 0, 0, 1]); // DETH: Q_Key 0x80010000, source QP 1
-    assert_eq!(b.len() + 8, MAD_IN_UDP);
-    let mut mad = [0u8; uroce_wire::mad::MAD_LEN];
-    msg.emit(0x1234, 0, &mut mad).unwrap();
-    mad[uroce_wire::mad::MAD_LEN - 1] = tag;
-    b.extend_from_slice(&mad);
-    b
+/// [`mad_to_qp1`] tagged with `tag` in the MAD's last byte (private data, which steering never
+/// reads).
+fn tagged(mut pl: Vec<u8>, tag: u8) -> Vec<u8> {
+    *pl.last_mut().unwrap() = tag;
+    pl
 }
 
 #[test]
 fn mads_to_qp1_reach_the_listener_or_the_holder_of_the_id() {
     use uroce_wire::cm::{CmMessage, CommIds, SidrRepRepr, SimpleRepr};
-    use uroce_wire::mad::{Mad, MadHeaderRepr, Method, MgmtClass, MAD_LEN};
     if !privileged("mads_to_qp1_reach_the_listener_or_the_holder_of_the_id") {
         return;
     }
@@ -145,36 +137,11 @@ fn mads_to_qp1_reach_the_listener_or_the_holder_of_the_id() {
     let (svc_b, svc_a) = (0x0000_0001_0106_4e20u64, 0x0000_0001_0111_4e21u64);
     steering.listen(svc_b, 2).unwrap();
     steering.listen(svc_a, 1).unwrap();
-    let mut hdr = [0u8; MAD_LEN];
     for (attr, svc, to_b) in [(0x0010u16, svc_b, true), (0x0010, svc_a, false), (0x0017, svc_b, true)] {
-        let h = MadHeaderRepr {
-            base_version: 1,
-            mgmt_class: MgmtClass::CM,
-            class_version: 2,
-            method: Method::SEND,
-            status: 0,
-            class_specific: 0,
-            tid: 1,
-            attr_id: attr,
-            attr_mod: 0,
-        };
-        h.emit(&mut hdr).unwrap();
-        let mad = Mad::parse(&hdr, 0).unwrap();
-        let msg = match CmMessage::parse(&mad, 0).unwrap() {
-            CmMessage::Req(mut r) => {
-                r.service_id = svc;
-                CmMessage::Req(r)
-            }
-            CmMessage::SidrReq(mut r) => {
-                r.service_id = svc;
-                CmMessage::SidrReq(r)
-            }
-            m => panic!("{m:?}"),
-        };
         for i in 0..8u8 {
             // different sources: different 4-tuple hashes
             let from = UdpSocket::bind("127.0.0.1:0").unwrap();
-            from.send_to(&mad_to_qp1(&msg, i), addr).unwrap();
+            from.send_to(&tagged(mad_for_service(attr, svc), i), addr).unwrap();
             assert_eq!(recv_tag(if to_b { &b } else { &a }), i, "attr {attr:#x} service {svc:#x}");
         }
     }
@@ -190,7 +157,7 @@ fn mads_to_qp1_reach_the_listener_or_the_holder_of_the_id() {
             CmMessage::Rtu(SimpleRepr { ids, private_data: &[] }),
             CmMessage::Drep(SimpleRepr { ids, private_data: &[] }),
         ] {
-            tx.send_to(&mad_to_qp1(&msg, 0x5a), addr).unwrap();
+            tx.send_to(&tagged(mad_to_qp1(&msg), 0x5a), addr).unwrap();
             assert_eq!(recv_tag(if to_b { &b } else { &a }), 0x5a, "{msg:?}");
         }
         let sidr = SidrRepRepr {
@@ -203,7 +170,7 @@ fn mads_to_qp1_reach_the_listener_or_the_holder_of_the_id() {
             additional_info: &[],
             private_data: &[],
         };
-        tx.send_to(&mad_to_qp1(&CmMessage::SidrRep(sidr), 0x6b), addr).unwrap();
+        tx.send_to(&tagged(mad_to_qp1(&CmMessage::SidrRep(sidr)), 0x6b), addr).unwrap();
         assert_eq!(recv_tag(if to_b { &b } else { &a }), 0x6b, "SIDR REP {remote:#x}");
     }
     // A data frame to a QP of block 2 still goes by its QPN.

@@ -153,7 +153,11 @@ fn bth(qpn: u32) -> Vec<u8> {
 
 /// Matching frames for `qpn`: (name, frame, length up to and including the BTH).
 fn frames(qpn: u32) -> Vec<(&'static str, Vec<u8>, usize)> {
-    let pl = bth(qpn);
+    frames_of(bth(qpn))
+}
+
+/// Matching frames carrying UDP payload `pl` (a BTH and what follows).
+fn frames_of(pl: Vec<u8>) -> Vec<(&'static str, Vec<u8>, usize)> {
     let f = |name, frame: Vec<u8>| {
         let bth_end = frame.len() - pl.len() + 12;
         (name, frame, bth_end)
@@ -416,5 +420,79 @@ fn by_block_slot_is_queue_times_256_plus_qpn_block() {
         // Shards inside a block are not offered.
         let e = XdpProgram::load(&ProgramConfig { shards: 2, ..cfg }, 1).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    });
+}
+
+/// QP1 is everyone's: with `by_block`, a CM MAD goes to the block it names — a REQ or SIDR REQ
+/// to its service's listener (the program's `ServiceMap`), any other message to the top byte
+/// of the receiver's ID — and one it cannot place (another class, a service nobody listens on,
+/// a frame cut short) to block 0, nobody's (the fallback), over every header layout.
+#[test]
+fn by_block_steers_mads_to_qp1_by_what_they_name() {
+    use uroce_wire::cm::{CmMessage, CommIds, SidrRepRepr, SimpleRepr};
+    if !privileged("by_block_steers_mads_to_qp1_by_what_they_name") {
+        return;
+    }
+    let ns = veth_ns("sm");
+    ns.run(|| {
+        let idx = ifindex(DEV).unwrap();
+        let xsk = Xsk::bind(idx, 0);
+        let cfg = ProgramConfig { fallback: XdpAction::Drop, by_block: true, ..ProgramConfig::default() };
+        let p = XdpProgram::load(&cfg, QUEUES).expect("load the by-block program");
+        let services = p.services().expect("a by-block program has a listeners' map");
+        p.xsk_map().insert(p.slot(0, 2).unwrap(), xsk.fd()).unwrap();
+        let (mine, theirs, nobodys) = (0x0000_0001_0106_4e20u64, 0x0000_0001_0106_4e21u64, 0x0000_0001_0111_0001u64);
+        services.listen(mine, 2).unwrap();
+        services.listen(theirs, 3).unwrap();
+        let simple = |remote: u32| {
+            mad_to_qp1(&CmMessage::Rtu(SimpleRepr { ids: CommIds { local: 0x0909_0909, remote }, private_data: &[] }))
+        };
+        let sidr_rep = |request_id: u32| {
+            mad_to_qp1(&CmMessage::SidrRep(SidrRepRepr {
+                request_id,
+                status: 0,
+                add_info_len: 0,
+                qpn: 5,
+                service_id: mine,
+                qkey: 0,
+                additional_info: &[],
+                private_data: &[],
+            }))
+        };
+        let mut other_class = simple(0x0200_0001);
+        other_class[20 + 1] = 0x04; // PerfMgt
+        let mut short = simple(0x0200_0001);
+        short.truncate(20 + 24 + 4); // the remote ID begins at MAD byte 28
+        let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+            ("REQ for my service", mad_for_service(0x0010, mine), true),
+            ("SIDR_REQ for my service", mad_for_service(0x0017, mine), true),
+            ("REQ for block 3's service", mad_for_service(0x0010, theirs), false),
+            ("REQ nobody listens for", mad_for_service(0x0010, nobodys), false),
+            ("RTU to an ID of block 2", simple(0x02ab_cdef), true),
+            ("RTU to an ID of block 3", simple(0x03ab_cdef), false),
+            ("SIDR_REP to a request of block 2", sidr_rep(0x0200_0007), true),
+            ("SIDR_REP to a request of block 4", sidr_rep(0x0400_0007), false),
+            ("another class", other_class, false),
+            ("cut short", short, false),
+        ];
+        let mut failures = Vec::new();
+        for (what, pl, hit) in cases {
+            for (name, frame, _) in frames_of(pl) {
+                let want = if hit { XdpAction::Redirect } else { XdpAction::Drop };
+                let got = action(p.test_run_on_queue(&frame, idx, 0), name);
+                if got != want {
+                    failures.push(format!("{what}, {name}: {got:?}, want {want:?}"));
+                }
+            }
+        }
+        // A listener that stops: its REQs are nobody's.
+        services.unlisten(mine).unwrap();
+        for (name, frame, _) in frames_of(mad_for_service(0x0010, mine)) {
+            let got = action(p.test_run_on_queue(&frame, idx, 0), name);
+            if got != XdpAction::Drop {
+                failures.push(format!("REQ after unlisten, {name}: {got:?}"));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
     });
 }

@@ -217,6 +217,7 @@ impl Port {
         dc.seed = crate::random::key_seed(cfg.seed)?;
         dc.udp_sport = backend.fixed_udp_src_port();
         dc.qpn_block = backend.qpn_block();
+        dc.own_address_via_wire = backend.reaches_own_address();
         if dc.udp_sport.is_some() {
             // A kernel UDP socket (DF set) sends IPv4 identification 0, and the ICRC covers it.
             dc.ipv4_ident = uroce_transport::Ipv4Ident::Zero;

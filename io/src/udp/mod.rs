@@ -1025,6 +1025,10 @@ impl Backend for UdpBackend {
         true
     }
 
+    fn reaches_own_address(&self) -> bool {
+        true
+    }
+
     fn listen_service(&mut self, service_id: u64) -> io::Result<()> {
         let Some((t, steering)) = &self.share else { return Ok(()) };
         steering.listen(service_id, u32::from(t.block))?;

@@ -118,7 +118,6 @@ pub(crate) fn host(dev: &'static Device) -> Result<(Host, &'static Context), c_i
         let ctx = lock(h).ctx;
         return Ok((h.clone(), crate::device::context(ctx).ok_or(libc::ENODEV)?));
     }
-    crate::datapath::WANTS_QP1.store(true, std::sync::atomic::Ordering::Relaxed);
     // SAFETY: `dev.ibv` is one of this library's devices.
     let ctx = unsafe { crate::device::ibv_open_device((&dev.ibv as *const crate::abi::IbvDevice).cast_mut()) };
     let c = crate::device::context(ctx).ok_or(libc::ENODEV)?;
@@ -126,9 +125,8 @@ pub(crate) fn host(dev: &'static Device) -> Result<(Host, &'static Context), c_i
     let (steers_qp1, block) = rt.with_port(|p| (p.steers_qp1(), p.device_ref().config().qpn_block));
     if crate::datapath::runtime_shared(dev) && !steers_qp1 {
         eprintln!(
-            "uroce: rdma_cm on {}: this process shares the interface with other uroce processes over AF_XDP \
-             (its verbs started first), whose steering gives QP1 to none of them; run it with UROCE_SHARE=0 \
-             or UROCE_BACKEND=udp",
+            "uroce: rdma_cm on {}: this process shares the interface with other uroce processes through a \
+             backend whose steering gives QP1 to none of them; run it with UROCE_SHARE=0",
             dev.iface.name
         );
         return Err(libc::EOPNOTSUPP);

@@ -171,3 +171,47 @@ impl Drop for Netns {
         let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
     }
 }
+
+/// A UD SEND ONLY to QP1 (BTH, DETH with the GSI's Q_Key) carrying CM message `msg`: the UDP
+/// payload of a RoCEv2 MAD.
+pub fn mad_to_qp1(msg: &uroce_wire::cm::CmMessage<'_>) -> Vec<u8> {
+    let mut b = vec![0x64, 0, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 0];
+    b.extend_from_slice(&[0x80, 0x01, 0, 0, 0, 0, 0, 1]); // DETH: Q_Key 0x80010000, source QP 1
+    assert_eq!(b.len() + 8, uroce_wire::cm::steer::MAD_IN_UDP);
+    let mut mad = [0u8; uroce_wire::mad::MAD_LEN];
+    msg.emit(0x1234, 0, &mut mad).unwrap();
+    b.extend_from_slice(&mad);
+    b
+}
+
+/// [`mad_to_qp1`] of a REQ (`attr` 0x0010) or SIDR REQ (0x0017) for `service_id`, its other
+/// fields zero.
+pub fn mad_for_service(attr: u16, service_id: u64) -> Vec<u8> {
+    use uroce_wire::cm::CmMessage;
+    use uroce_wire::mad::{Mad, MadHeaderRepr, Method, MgmtClass, MAD_LEN};
+    let h = MadHeaderRepr {
+        base_version: 1,
+        mgmt_class: MgmtClass::CM,
+        class_version: 2,
+        method: Method::SEND,
+        status: 0,
+        class_specific: 0,
+        tid: 1,
+        attr_id: attr,
+        attr_mod: 0,
+    };
+    let mut hdr = [0u8; MAD_LEN];
+    h.emit(&mut hdr).unwrap();
+    let mad = Mad::parse(&hdr, 0).unwrap();
+    match CmMessage::parse(&mad, 0).unwrap() {
+        CmMessage::Req(mut r) => {
+            r.service_id = service_id;
+            mad_to_qp1(&CmMessage::Req(r))
+        }
+        CmMessage::SidrReq(mut r) => {
+            r.service_id = service_id;
+            mad_to_qp1(&CmMessage::SidrReq(r))
+        }
+        m => panic!("not a REQ or SIDR REQ: {m:?}"),
+    }
+}
