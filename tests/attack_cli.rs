@@ -182,12 +182,15 @@ fn field<'a>(line: &'a str, name: &str) -> &'a str {
     line.split(&format!(" {name}=")).nth(1).and_then(|s| s.split_whitespace().next()).unwrap_or("?")
 }
 
-/// R_Key guessing and READ replay against uroce, on `read_bw` connections (regions readable
-/// remotely). A guessed key lands at the expected PSN and, wrong, ends the connection (one
-/// guess per connection); the sniffed key reads the responder's memory (RoCE has no
-/// authentication); keys seen on earlier connections predict nothing (32 random bits, where
-/// rxe's leave 8: `tests/interop_attack.rs`); replaying READ requests gets bounded extra
-/// bytes (`Guards::read_replay_interval`).
+/// R_Key guessing and READ replay against uroce (regions readable remotely). A guessed key
+/// lands at the expected PSN and, wrong, ends the connection (one guess per connection); the
+/// sniffed key reads the responder's memory (RoCE has no authentication); keys seen on earlier
+/// connections predict nothing (32 random bits, where rxe's leave 8: `tests/interop_attack.rs`);
+/// replaying READ requests gets bounded extra bytes (`Guards::read_replay_interval`, on
+/// `read_bw`). The guesses ride `read_lat` connections: the attacker must meet the responder's
+/// expected PSN, which `read_lat` leaves still between a READ's response and the next READ; in
+/// `read_bw`'s pipelined window on this 2-CPU host, clean-clone rehearsals saw all 4096 tries
+/// of a row land behind it as duplicates (the sniffed row twice, the predicted row once).
 #[test]
 fn rkey_guessing_and_read_replay_against_uroce() {
     if !prereq("rkey_guessing_and_read_replay_against_uroce") {
@@ -198,7 +201,7 @@ fn rkey_guessing_and_read_replay_against_uroce() {
     let mon = net.add_monitor("rk").unwrap();
     let mut rows = Vec::new();
     for guess in ["sequential", "random"] {
-        let line = attack_on("read_bw", &net, &mon, &["rkey-guess", "--guess", guess], None);
+        let line = attack_on("read_lat", &net, &mon, &["rkey-guess", "--guess", guess], None);
         assert_eq!(outcome(&line), "killed", "{line}");
         assert_eq!(field(&line, "unknown_bits"), "32", "{line}");
         assert_eq!(field(&line, "leaked_bytes"), "0", "{line}");
@@ -207,13 +210,11 @@ fn rkey_guessing_and_read_replay_against_uroce() {
     }
     // prediction from the regions of earlier connections: their keys fix no bit
     let seen: Vec<String> = rows.iter().map(|l| field(l, "sniffed_rkey").to_string()).collect();
-    let line = attack_on("read_bw", &net, &mon, &["rkey-guess", "--guess", "predict", "--seen", &seen.join(",")], None);
+    let line =
+        attack_on("read_lat", &net, &mon, &["rkey-guess", "--guess", "predict", "--seen", &seen.join(",")], None);
     assert_eq!(field(&line, "unknown_bits"), "32", "{line}");
     assert_eq!(outcome(&line), "killed", "{line}");
-    // the right key, sniffed: the responder's bytes reach the attacker's mirror port. The
-    // attacker must meet the responder's expected PSN: in read_bw's pipelined window on a 2-CPU
-    // host, two CI rehearsals saw all 4096 tries land behind it (duplicates); read_lat leaves
-    // the expected PSN still between each READ's response and the next READ
+    // the right key, sniffed: the responder's bytes reach the attacker's mirror port
     let line = attack_on("read_lat", &net, &mon, &["rkey-guess", "--guess", "sniffed"], None);
     assert_eq!(outcome(&line), "leaked", "{line}");
     assert_eq!(field(&line, "landed_rkey"), field(&line, "sniffed_rkey"), "{line}");
