@@ -122,19 +122,34 @@ pub trait Backend: Send {
         false
     }
 
-    /// Whether MADs to QP1 reach this process when it shares the interface: the kernel's
-    /// steering reads a CM message's receiver (`uroce_wire::cm::steer`), and RDMA-CM may run
-    /// in several processes at once. A backend that does not share needs no steering: `true`.
+    /// The CM listeners' map the kernel's steering reads (`uroce_xdp_prog::ServiceMap`, REQs by
+    /// service ID; every other MAD to QP1 by the receiver's ID, `uroce_wire::cm::steer`) and
+    /// this process's block in it, when it shares the interface.
+    fn cm_services(&self) -> Option<(&uroce_xdp_prog::ServiceMap, u8)> {
+        None
+    }
+
+    /// Whether MADs to QP1 reach this process: it has the interface alone, or the steering
+    /// brings it the ones its CM messages name ([`Backend::cm_services`]).
     fn steers_qp1(&self) -> bool {
-        self.qpn_block().is_none()
+        self.qpn_block().is_none() || self.cm_services().is_some()
     }
 
     /// REQs and SIDR REQs for `service_id` come to this process from now on (when it shares the
     /// interface; nothing to do otherwise). `AddrInUse` if another process listens on it.
-    fn listen_service(&mut self, _service_id: u64) -> io::Result<()> {
+    fn listen_service(&mut self, service_id: u64) -> io::Result<()> {
+        let Some((services, block)) = self.cm_services() else { return Ok(()) };
+        services.listen(service_id, u32::from(block))?;
+        tracing::debug!(service_id = format_args!("{service_id:#018x}"), block, "REQs for the service steered here");
         Ok(())
     }
 
     /// No more REQs for `service_id` to this process.
-    fn unlisten_service(&mut self, _service_id: u64) {}
+    fn unlisten_service(&mut self, service_id: u64) {
+        if let Some((services, _)) = self.cm_services() {
+            if let Err(e) = services.unlisten(service_id) {
+                tracing::warn!(%e, service_id, "could not stop steering a service's REQs here");
+            }
+        }
+    }
 }

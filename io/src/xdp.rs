@@ -490,27 +490,8 @@ impl Backend for XdpBackend {
         self.share.as_ref().map(|s| s.tenancy.block)
     }
 
-    fn steers_qp1(&self) -> bool {
-        true
-    }
-
-    fn listen_service(&mut self, service_id: u64) -> io::Result<()> {
-        let Some(s) = &self.share else { return Ok(()) };
-        s.services.listen(service_id, u32::from(s.tenancy.block))?;
-        tracing::debug!(
-            service_id = format_args!("{service_id:#018x}"),
-            block = s.tenancy.block,
-            "REQs for the service steered here"
-        );
-        Ok(())
-    }
-
-    fn unlisten_service(&mut self, service_id: u64) {
-        if let Some(s) = &self.share {
-            if let Err(e) = s.services.unlisten(service_id) {
-                tracing::warn!(%e, service_id, "could not stop steering a service's REQs here");
-            }
-        }
+    fn cm_services(&self) -> Option<(&uroce_xdp_prog::ServiceMap, u8)> {
+        self.share.as_ref().map(|s| (&s.services, s.tenancy.block))
     }
 }
 

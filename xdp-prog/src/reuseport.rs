@@ -167,18 +167,9 @@ impl ReuseportSteering {
         [self.map.as_fd(), self.prog.as_fd(), self.services.as_fd()]
     }
 
-    /// REQs and SIDR REQs for `service_id` go to `block`'s socket from now on
-    /// ([`ServiceMap::listen`]).
-    pub fn listen(&self, service_id: u64, block: u32) -> Result<(), Error> {
-        if block >= BLOCKS {
-            return Err(Error::InvalidArgument("block >= 256"));
-        }
-        self.services.listen(service_id, block)
-    }
-
-    /// Nobody's REQs for `service_id` any more (a process that stops listening).
-    pub fn unlisten(&self, service_id: u64) -> Result<(), Error> {
-        self.services.unlisten(service_id)
+    /// The CM listeners the program steers REQs and SIDR REQs by.
+    pub fn services(&self) -> &ServiceMap {
+        &self.services
     }
 
     /// Attach the program to the reuseport group of `sock` (bound, with `SO_REUSEPORT`).

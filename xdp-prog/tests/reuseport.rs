@@ -135,8 +135,8 @@ fn mads_to_qp1_reach_the_listener_or_the_holder_of_the_id() {
 
     // A REQ (and a SIDR REQ) for a service: its listener's socket, whatever the source.
     let (svc_b, svc_a) = (0x0000_0001_0106_4e20u64, 0x0000_0001_0111_4e21u64);
-    steering.listen(svc_b, 2).unwrap();
-    steering.listen(svc_a, 1).unwrap();
+    steering.services().listen(svc_b, 2).unwrap();
+    steering.services().listen(svc_a, 1).unwrap();
     for (attr, svc, to_b) in [(0x0010u16, svc_b, true), (0x0010, svc_a, false), (0x0017, svc_b, true)] {
         for i in 0..8u8 {
             // different sources: different 4-tuple hashes
@@ -146,9 +146,9 @@ fn mads_to_qp1_reach_the_listener_or_the_holder_of_the_id() {
         }
     }
     // Listening twice on one service: refused, until the first stops.
-    assert!(steering.listen(svc_b, 1).is_err());
-    steering.unlisten(svc_b).unwrap();
-    steering.listen(svc_b, 1).unwrap();
+    assert!(steering.services().listen(svc_b, 1).is_err());
+    steering.services().unlisten(svc_b).unwrap();
+    steering.services().listen(svc_b, 1).unwrap();
 
     // Every other message by the receiver's ID's top byte; a SIDR REP by its request ID's.
     for (remote, to_b) in [(0x02ab_cdefu32, true), (0x0100_0001, false), (0x02ff_ffff, true)] {

@@ -284,9 +284,9 @@ unsafe impl Send for Scratch {}
 
 const NO_ID: IdDf = IdDf { ident: 0, dont_frag: true };
 
-/// Join the processes sharing `local` and steer this process's QPN block to `fd`.
 use uroce_xdp_prog::ReuseportSteering;
 
+/// Join the processes sharing `local` and steer this process's QPN block to `fd`.
 fn join_shared(fd: &OwnedFd, local: SocketAddr) -> io::Result<(crate::share::Tenancy, ReuseportSteering)> {
     let t = crate::share::join(&format!("udp/{local}"), || {
         let s = ReuseportSteering::create()?;
@@ -1021,31 +1021,12 @@ impl Backend for UdpBackend {
         UdpBackend::qpn_block(self)
     }
 
-    fn steers_qp1(&self) -> bool {
-        true
-    }
-
     fn reaches_own_address(&self) -> bool {
         true
     }
 
-    fn listen_service(&mut self, service_id: u64) -> io::Result<()> {
-        let Some((t, steering)) = &self.share else { return Ok(()) };
-        steering.listen(service_id, u32::from(t.block))?;
-        tracing::debug!(
-            service_id = format_args!("{service_id:#018x}"),
-            block = t.block,
-            "REQs for the service steered here"
-        );
-        Ok(())
-    }
-
-    fn unlisten_service(&mut self, service_id: u64) {
-        if let Some((_, steering)) = &self.share {
-            if let Err(e) = steering.unlisten(service_id) {
-                tracing::warn!(%e, service_id, "could not stop steering a service's REQs here");
-            }
-        }
+    fn cm_services(&self) -> Option<(&uroce_xdp_prog::ServiceMap, u8)> {
+        self.share.as_ref().map(|(t, steering)| (steering.services(), t.block))
     }
 }
 
