@@ -1,8 +1,10 @@
 //! The sharded runtime (`uroce_io::runtime::ShardedRuntime`): two namespaces joined by a
 //! 4-queue veth, both ends running N = 2 and N = 4 engine shards; QPs spread over every shard,
-//! connected within their QPN class, RDMA WRITE distinct data on every QP (checked byte for
-//! byte at the destination), every shard's engine received frames and no shard received a
-//! frame for another shard's QP. `bench_scaling` (ignored; `scripts/bench-scaling` runs it)
+//! RDMA WRITE distinct data on every QP (checked byte for byte at the destination), every
+//! shard's engine received frames. QPs connected within their QPN class: no shard received a
+//! frame for another shard's QP. QPs connected across classes (each frame arrives on a queue
+//! of a shard that does not own its QP, as a NIC's RSS would deliver it): every such frame is
+//! relayed to its QP's shard, every shard relays and receives relayed frames. `bench_scaling` (ignored; `scripts/bench-scaling` runs it)
 //! reports aggregate WRITE bandwidth for 1, 2 and 4 shards.
 //!
 //! Needs root and `ip`; skips loudly without them (fails with `CI=1`).
@@ -100,11 +102,10 @@ fn open(end: &End, peer: &End, shards: u32, per_shard: usize, len: usize) -> Sid
     Side { rt, qps, gid, gid_index, peer_mac }
 }
 
-/// Connect `me.qps[i]` to `peer.qps[i]` (same shard index on both sides, so the QPNs are of
-/// the same class).
-fn connect(me: &Side, peer: &Side) {
-    for (q, p) in me.qps.iter().zip(&peer.qps) {
-        assert_eq!(q.qpn % me.rt.shards() as u32, p.qpn % me.rt.shards() as u32);
+/// Connect `me.qps[i]` to `peer.qps[j]` for each `(i, j)` of `pairs`.
+fn connect_pairs(me: &Side, peer: &Side, pairs: &[(usize, usize)]) {
+    for &(i, j) in pairs {
+        let (q, p) = (&me.qps[i], &peer.qps[j]);
         let local = common::runtime_rc_local(me.gid_index);
         let remote = RcRemote { qpn: p.qpn, psn: 100, gid: peer.gid, mac: me.peer_mac };
         let qpn = q.qpn;
@@ -112,11 +113,21 @@ fn connect(me: &Side, peer: &Side) {
     }
 }
 
+/// Connect `me.qps[i]` to `peer.qps[i]` (same shard index on both sides, so the QPNs are of
+/// the same class).
+fn connect(me: &Side, peer: &Side) {
+    let n = me.rt.shards() as u32;
+    for (q, p) in me.qps.iter().zip(&peer.qps) {
+        assert_eq!(q.qpn % n, p.qpn % n);
+    }
+    connect_pairs(me, peer, &(0..me.qps.len()).map(|i| (i, i)).collect::<Vec<_>>());
+}
+
 /// Post `count` signaled WRITEs of `size` bytes on QP `i` of `a` from the first half of its
-/// region to the second half of QP `i`'s region on `b`, offsets cycling through the half;
+/// region to the second half of QP `j`'s region on `b`, offsets cycling through the half;
 /// returns how many were accepted (the send queue may be full).
-fn post_writes(a: &Side, b: &Side, i: usize, first: u64, count: usize, size: usize) -> usize {
-    let (q, p) = (&a.qps[i], &b.qps[i]);
+fn post_writes_to(a: &Side, b: &Side, (i, j): (usize, usize), first: u64, count: usize, size: usize) -> usize {
+    let (q, p) = (&a.qps[i], &b.qps[j]);
     let (lkey, addr, qpn, rkey, len) = (q.mr.lkey, q.mr.addr, q.qpn, p.mr.rkey, q.mr.length / 2);
     let raddr = p.mr.addr + len as u64;
     a.rt.with(q.shard, move |port| {
@@ -166,7 +177,15 @@ fn pattern(side: u8, qp: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 + i / 997 + qp * 101 + side as usize * 53) as u8).collect()
 }
 
-fn run_shards(n: u32, subnet: u8) {
+/// How the test pairs QPs: within their class (QP `i` with the peer's QP `i`, same shard
+/// index), or across (QP `i` with the peer's QP on the next shard).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pairing {
+    SameClass,
+    Crossed,
+}
+
+fn run_shards(n: u32, subnet: u8, pairing: Pairing) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let net =
         NetPair::create(&PairConfig { subnet, queues: QUEUES, ..PairConfig::new(&format!("sh{n}"), 1500) }).unwrap();
@@ -174,18 +193,37 @@ fn run_shards(n: u32, subnet: u8) {
     const PER_SHARD: usize = 3;
     let a = open(&net.a, &net.b, n, PER_SHARD, 2 * LEN);
     let b = open(&net.b, &net.a, n, PER_SHARD, 2 * LEN);
-    connect(&a, &b);
-    connect(&b, &a);
+    let total = a.qps.len();
+    // (A's QP, B's QP)
+    let pairs: Vec<(usize, usize)> = (0..total)
+        .map(|i| match pairing {
+            Pairing::SameClass => (i, i),
+            Pairing::Crossed => (i, (i + PER_SHARD) % total),
+        })
+        .collect();
+    let reversed: Vec<(usize, usize)> = pairs.iter().map(|&(i, j)| (j, i)).collect();
+    if pairing == Pairing::SameClass {
+        connect(&a, &b);
+        connect(&b, &a);
+    } else {
+        for &(i, j) in &pairs {
+            assert_ne!(a.qps[i].shard, b.qps[j].shard, "QP {i} crosses classes");
+        }
+        connect_pairs(&a, &b, &pairs);
+        connect_pairs(&b, &a, &reversed);
+    }
     // Each side fills the first half of each QP's region with its own pattern and WRITEs it,
-    // in 16 KiB pieces, into the second half of the peer's QP of the same index: both
-    // directions, every QP, at once.
-    for (side, (me, peer)) in [(&a, &b), (&b, &a)].into_iter().enumerate() {
-        for (i, q) in me.qps.iter().enumerate() {
+    // in 16 KiB pieces, into the second half of the region of the peer's QP it is connected
+    // to: both directions, every QP, at once.
+    for (side, (me, peer, links)) in [(&a, &b, &pairs), (&b, &a, &reversed)].into_iter().enumerate() {
+        for &(i, j) in links.iter() {
             let data = pattern(side as u8, i, LEN);
-            let lkey = q.mr.lkey;
-            me.rt.with(q.shard, move |p| p.device().mr_mut(lkey).unwrap().as_mut_slice()[..LEN].copy_from_slice(&data));
+            let lkey = me.qps[i].mr.lkey;
+            me.rt.with(me.qps[i].shard, move |p| {
+                p.device().mr_mut(lkey).unwrap().as_mut_slice()[..LEN].copy_from_slice(&data)
+            });
             let pieces = LEN / 16384;
-            assert_eq!(post_writes(me, peer, i, 0, pieces, 16384), pieces);
+            assert_eq!(post_writes_to(me, peer, (i, j), 0, pieces, 16384), pieces);
         }
     }
     for (me, what) in [(&a, "A's writes"), (&b, "B's writes")] {
@@ -193,25 +231,56 @@ fn run_shards(n: u32, subnet: u8) {
             wait_wcs(q, LEN / 16384, what);
         }
     }
-    for (side, dest) in [&b, &a].into_iter().enumerate() {
-        for (i, q) in dest.qps.iter().enumerate() {
-            let lkey = q.mr.lkey;
-            let got = dest.rt.with(q.shard, move |p| p.device_ref().mr(lkey).unwrap().as_slice()[LEN..].to_vec());
-            assert!(got == pattern(side as u8, i, LEN), "QP {i} of side {} holds what the peer wrote", 1 - side);
+    for (side, (dest, links)) in [(&b, &pairs), (&a, &reversed)].into_iter().enumerate() {
+        for &(i, j) in links.iter() {
+            let lkey = dest.qps[j].mr.lkey;
+            let got =
+                dest.rt.with(dest.qps[j].shard, move |p| p.device_ref().mr(lkey).unwrap().as_slice()[LEN..].to_vec());
+            assert!(
+                got == pattern(side as u8, i, LEN),
+                "QP {j} of side {} holds what the peer's QP {i} wrote",
+                1 - side
+            );
         }
     }
     for (me, name) in [(&a, "A"), (&b, "B")] {
+        let (mut out, mut into) = (0, 0);
         for s in 0..n as usize {
             let st = me.rt.stats(s);
+            let p = &st.port;
             eprintln!(
-                "{name} shard {s}/{n}: rcvd_pkts {} sent_pkts {} rx_frames {} wrong_shard {} per socket {:?}",
-                st.rcvd_pkts, st.sent_pkts, st.port.rx_frames, st.port.wrong_shard, st.queue_rx_frames
+                "{name} shard {s}/{n}: rcvd_pkts {} sent_pkts {} rx_frames {} wrong_shard {} relayed {} relay_full {} \
+                 relayed_in {} per socket {:?}",
+                st.rcvd_pkts,
+                st.sent_pkts,
+                p.rx_frames,
+                p.wrong_shard,
+                p.relayed,
+                p.relay_full,
+                p.relayed_in,
+                st.queue_rx_frames
             );
             assert!(st.rcvd_pkts > 0 && st.sent_pkts > 0, "{name} shard {s} carried traffic: {st:?}");
-            assert_eq!(st.port.wrong_shard, 0, "{name} shard {s} received another shard's frames");
-            assert_eq!(st.port.rx_dropped, 0, "{name} shard {s} dropped frames: {st:?}");
             assert_eq!(st.queue_rx_frames.len(), (QUEUES / n) as usize, "{name} shard {s}: one socket per own queue");
+            // Every frame for another shard's QP went to the relay, and only a full inbox
+            // (none expected, but a wire may lose frames too) lost one.
+            assert_eq!(p.wrong_shard, p.relayed + p.relay_full, "{name} shard {s}: {p:?}");
+            assert_eq!(p.rx_dropped, p.relay_full, "{name} shard {s} dropped frames: {st:?}");
+            match pairing {
+                Pairing::SameClass => {
+                    assert_eq!(p.wrong_shard, 0, "{name} shard {s} received another shard's frames");
+                    assert_eq!(p.relayed_in, 0, "{name} shard {s}: nothing to relay");
+                }
+                Pairing::Crossed => {
+                    assert!(p.relayed > 0 && p.relayed_in > 0, "{name} shard {s} relays both ways: {p:?}");
+                    // Its engine took nothing but what other shards relayed to it.
+                    assert!(st.rcvd_pkts <= p.relayed_in, "{name} shard {s}: {st:?}");
+                }
+            }
+            out += p.relayed;
+            into += p.relayed_in;
         }
+        assert_eq!(out, into, "{name}: every relayed frame reached its shard");
     }
     // Idle: 2N shard threads with nothing to do sleep on their sockets (almost no CPU).
     std::thread::sleep(Duration::from_millis(300));
@@ -251,14 +320,24 @@ fn cpu_time() -> Duration {
 #[test]
 fn two_shards_on_a_four_queue_veth() {
     if prereq("two_shards_on_a_four_queue_veth") {
-        run_shards(2, 97);
+        run_shards(2, 97, Pairing::SameClass);
     }
 }
 
 #[test]
 fn four_shards_on_a_four_queue_veth() {
     if prereq("four_shards_on_a_four_queue_veth") {
-        run_shards(4, 98);
+        run_shards(4, 98, Pairing::SameClass);
+    }
+}
+
+/// Every frame arrives on a queue of a shard that does not own its QP (QPs connected across
+/// classes: what a NIC's RSS, which knows nothing of QPNs, does to most frames): relayed.
+#[test]
+fn frames_arriving_on_another_shards_queue_are_relayed() {
+    if prereq("frames_arriving_on_another_shards_queue_are_relayed") {
+        run_shards(2, 92, Pairing::Crossed);
+        run_shards(4, 93, Pairing::Crossed);
     }
 }
 
@@ -313,18 +392,28 @@ fn bench_scaling() {
     const DEPTH: usize = 64;
     println!("cores: {}", std::thread::available_parallelism().map_or(1, |n| n.get()));
     println!(
-        "{:>7} {:>6} {:>10} {:>12} {:>10} {:>12} {:>10}",
-        "shards", "QPs", "msgs", "MB/s", "Gb/s", "retransmits", "timeouts"
+        "{:>7} {:>8} {:>6} {:>10} {:>12} {:>10} {:>12} {:>10} {:>10}",
+        "shards", "pairing", "QPs", "msgs", "MB/s", "Gb/s", "retransmits", "timeouts", "relayed"
     );
-    for n in [1u32, 2, 4] {
-        let net =
-            NetPair::create(&PairConfig { subnet: 99, queues: QUEUES, ..PairConfig::new(&format!("bs{n}"), 1500) })
-                .unwrap();
+    let rows = [1u32, 2, 4].map(|n| (n, Pairing::SameClass)).into_iter().chain([2, 4].map(|n| (n, Pairing::Crossed)));
+    for (n, pairing) in rows {
+        let net = NetPair::create(&PairConfig {
+            subnet: 99,
+            queues: QUEUES,
+            ..PairConfig::new(&format!("bs{n}{}", pairing as u8), 1500)
+        })
+        .unwrap();
         let per_shard = qps.div_ceil(n as usize).max(1);
         let a = open(&net.a, &net.b, n, per_shard, LEN);
         let b = open(&net.b, &net.a, n, per_shard, LEN);
-        connect(&a, &b);
-        connect(&b, &a);
+        let total = a.qps.len();
+        let peer = |i: usize| match pairing {
+            Pairing::SameClass => i,
+            Pairing::Crossed => (i + per_shard) % total,
+        };
+        let pairs: Vec<(usize, usize)> = (0..total).map(|i| (i, peer(i))).collect();
+        connect_pairs(&a, &b, &pairs);
+        connect_pairs(&b, &a, &pairs.iter().map(|&(i, j)| (j, i)).collect::<Vec<_>>());
         let mut posted = vec![0u64; a.qps.len()];
         let mut done = vec![0u64; a.qps.len()];
         let mut buf = [WorkCompletion::default(); 64];
@@ -340,7 +429,7 @@ fn bench_scaling() {
                     done[i] += k as u64;
                     let room = DEPTH - (posted[i] - done[i]) as usize;
                     if room >= DEPTH / 2 {
-                        posted[i] += post_writes(&a, &b, i, posted[i], room, SIZE) as u64;
+                        posted[i] += post_writes_to(&a, &b, (i, peer(i)), posted[i], room, SIZE) as u64;
                     }
                 }
                 std::thread::yield_now();
@@ -359,18 +448,23 @@ fn bench_scaling() {
             retx += c.retransmitted_pkts;
             rto += c.local_ack_timeout_err;
         }
+        let relayed: u64 = (0..n as usize).map(|s| b.rt.stats(s).port.relayed + a.rt.stats(s).port.relayed).sum();
         println!(
-            "{:>7} {:>6} {:>10} {:>12.1} {:>10.2} {:>12} {:>10}",
+            "{:>7} {:>8} {:>6} {:>10} {:>12.1} {:>10.2} {:>12} {:>10} {:>10}",
             n,
+            if pairing == Pairing::SameClass { "class" } else { "crossed" },
             a.qps.len(),
             msgs,
             bytes / el / 1e6,
             bytes * 8.0 / el / 1e9,
             retx,
-            rto
+            rto,
+            relayed
         );
-        for s in 0..n as usize {
-            assert_eq!(b.rt.stats(s).port.wrong_shard, 0);
+        if pairing == Pairing::SameClass {
+            for s in 0..n as usize {
+                assert_eq!(b.rt.stats(s).port.wrong_shard, 0);
+            }
         }
         drop(a);
         drop(b);

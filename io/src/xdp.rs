@@ -124,7 +124,7 @@ impl XdpBackend {
             Some(q) => q.clone(),
             None => (0..rx_queues(ifname)).collect(),
         };
-        let slots: Vec<(u32, u32)> = queues.iter().map(|&q| (q, q)).collect();
+        let slots: Vec<(u32, Vec<u32>)> = queues.iter().map(|&q| (q, vec![q])).collect();
         Self::open_slots(ifname, opts, steering, &slots)
     }
 
@@ -150,7 +150,10 @@ impl XdpBackend {
     /// The backend of shard `shard` of `shards` (see [`crate::runtime::ShardedRuntime`]): one
     /// AF_XDP socket on every `shards`-th receive queue of `opts.queues` (default every queue,
     /// so queue `q` with `q % shards == shard`), starting at position `shard`, each registered
-    /// at the program's slot `(q, shard)`. `steering` must
+    /// at the program's slot `(q, shard)` — and at `(q, t)` for every other shard `t`: a frame
+    /// for shard `t`'s QP that arrives on this shard's queue is this shard's to relay (see
+    /// the runtime's module documentation), since no other shard's socket can take a frame
+    /// from queue `q`. `steering` must
     /// have been installed for `shards` shards. An interface with fewer queues than shards is
     /// refused: a socket cannot share a queue with another shard's (the kernel allows one
     /// UMEM pool per queue; sharing it would share its fill and completion rings).
@@ -174,19 +177,24 @@ impl XdpBackend {
         let mut slots = Vec::new();
         for (i, &q) in queues.iter().enumerate() {
             if i as u32 % shards == shard {
-                let slot = steering.slot(q, shard).map_err(|e| io::Error::other(format!("{ifname}: slot: {e}")))?;
-                slots.push((q, slot));
+                // Its own slot first (the one the log names), then the other shards'.
+                let order = std::iter::once(shard).chain((0..shards).filter(|&t| t != shard));
+                let of_queue = order
+                    .map(|t| steering.slot(q, t))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| io::Error::other(format!("{ifname}: slot: {e}")))?;
+                slots.push((q, of_queue));
             }
         }
         Self::open_slots(ifname, opts, steering, &slots)
     }
 
-    /// Bind a socket to each `(queue, slot)` and register it at `slot`.
+    /// Bind a socket to each `(queue, slots)` and register it at each of `slots`.
     fn open_slots(
         ifname: &str,
         opts: &XdpOptions,
         steering: Arc<XdpSteering>,
-        slots: &[(u32, u32)],
+        slots: &[(u32, Vec<u32>)],
     ) -> io::Result<XdpBackend> {
         let err = |what: &str, e: &dyn std::fmt::Display| io::Error::other(format!("{ifname}: {what}: {e}"));
         let not_permitted = |what: &str, e: &dyn std::fmt::Display| {
@@ -198,7 +206,8 @@ impl XdpBackend {
         let cfg = XskConfig { frame_count: opts.frames, mode: opts.bind, multi_buffer, ..XskConfig::default() };
         let ifindex = uroce_xdp_prog::ifindex(ifname).map_err(|e| err("ifindex", &e))?;
         let mut sockets = Vec::new();
-        for &(q, slot) in slots {
+        for (q, of_queue) in slots {
+            let (q, slot) = (*q, of_queue[0]);
             let s = XskSocket::new(ifindex, q, &cfg).map_err(|e| {
                 let what = format!("AF_XDP socket on queue {q}");
                 if matches!(&e, XskError::Os { source, .. } if source.raw_os_error() == Some(libc::EPERM)) {
@@ -209,7 +218,9 @@ impl XdpBackend {
                     None => err(&what, &e),
                 }
             })?;
-            steering.register(slot, s.as_fd()).map_err(|e| err("register the socket in the XSKMAP", &e))?;
+            for &slot in of_queue {
+                steering.register(slot, s.as_fd()).map_err(|e| err("register the socket in the XSKMAP", &e))?;
+            }
             tracing::info!(
                 ifname,
                 queue = q,

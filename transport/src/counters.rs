@@ -110,8 +110,9 @@ counters! {
     /// Timer-queue entries examined (`handle_timeout`, `poll_timeout`): the cost of timers,
     /// O(1) per timer that fires or moves, never a scan over the QPs.
     timer_queue_checks,
-    /// Frames for a QPN outside this device's class (`DeviceConfig::qpn_shard`): a sharded
-    /// runtime's steering sent another shard's frame here (also in `dropped_unknown_qp`).
+    /// Frames for a QPN outside this device's class (`DeviceConfig::qpn_shard`), returned
+    /// unchecked as `RxDrop::OtherShard`: they arrived on a receive queue of this shard's and
+    /// the sharded runtime relays them to their QP's shard.
     dropped_wrong_shard,
     /// Frames a QP connected to one of this device's own GIDs sent to itself: received by the
     /// device, never transmitted (also in `sent_pkts` and, if accepted, `rcvd_pkts`).

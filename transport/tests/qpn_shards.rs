@@ -73,15 +73,15 @@ fn a_bad_shard_is_refused() {
     assert_eq!(create(&mut d, 1), Err(VerbsError::InvalidArgument("qpn_shard index not below its count")));
 }
 
-/// A frame steered to the wrong shard is dropped as one for an unknown QP and counted as
-/// another shard's; a frame for an unknown QP of this shard's own class is not.
+/// A frame steered to the wrong shard is handed back unchecked as another shard's (for the
+/// runtime to relay), counted as such and nothing else; a frame for an unknown QP of this
+/// shard's own class is an unknown QP's.
 #[test]
-fn another_shards_frame_is_counted_as_such() {
+fn another_shards_frame_is_handed_back_unchecked() {
     use uroce_transport::connect::{connect_rc, RcLocal, RcRemote};
-    // B: shard 0 of 2 (even QPNs), the ICRC not checked so that a frame can be re-addressed.
+    // B: shard 0 of 2 (even QPNs).
     let mut cfg = DeviceConfig::new(mac(2), &[ipv4(2).into()]);
     cfg.qpn_shard = QpnShard { index: 0, count: 2 };
-    cfg.check_icrc = false;
     let mut b = Device::new(cfg);
     let mut a = device(0, 1);
     let qa = create(&mut a, 1).unwrap()[0];
@@ -93,16 +93,25 @@ fn another_shards_frame_is_counted_as_such() {
     let n = a.poll_transmit(Instant::ZERO, &mut buf).expect("a SEND ONLY frame");
     let frame = buf[..n].to_vec();
     // Odd destination QPN 0x1235: shard 1's.
-    assert_eq!(b.handle_frame(Instant::ZERO, &frame), Err(RxDrop::UnknownQp(0x1235)));
+    assert_eq!(b.handle_frame(Instant::ZERO, &frame), Err(RxDrop::OtherShard(0x1235)));
+    // Its ICRC is the owner's to check: a corrupt one is handed back the same way.
+    let mut corrupt = frame.clone();
+    *corrupt.last_mut().unwrap() ^= 1;
+    assert_eq!(b.handle_frame(Instant::ZERO, &corrupt), Err(RxDrop::OtherShard(0x1235)));
     let c = *b.counters();
-    assert_eq!((c.dropped_unknown_qp, c.dropped_wrong_shard), (1, 1));
-    // The same frame re-addressed to 0x1236 (even: this shard's class, but no such QP).
+    assert_eq!((c.dropped_unknown_qp, c.dropped_wrong_shard, c.icrc_err, c.rcvd_pkts), (0, 2, 0, 0));
+    // The same frame re-addressed to 0x1236 (even: this shard's class, but no such QP), with
+    // its ICRC left unchecked so that the re-addressing does not break it.
+    let mut cfg = DeviceConfig::new(mac(2), &[ipv4(2).into()]);
+    cfg.qpn_shard = QpnShard { index: 0, count: 2 };
+    cfg.check_icrc = false;
+    let mut b = Device::new(cfg);
     let mut even = frame.clone();
     let bth = 14 + 20 + 8;
     even[bth + 7] = 0x36;
     assert_eq!(b.handle_frame(Instant::ZERO, &even), Err(RxDrop::UnknownQp(0x1236)));
     let c = *b.counters();
-    assert_eq!((c.dropped_unknown_qp, c.dropped_wrong_shard), (2, 1));
+    assert_eq!((c.dropped_unknown_qp, c.dropped_wrong_shard), (1, 0));
 }
 
 /// A frame to the device's own address is delivered inside the engine only when its QP is the

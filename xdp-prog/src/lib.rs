@@ -40,6 +40,9 @@
 //! per RX queue, and the slot has to name both the queue the frame arrived on and the shard
 //! that owns its QP. The XSKMAP therefore has `queues * N` slots ([`XdpSteering::install`]
 //! sizes it `max_rx_queues * N`; [`XdpSteering::register`] takes any slot below that).
+//! `uroce_io`'s sharded runtime gives each queue to one shard (sockets sharing a queue would
+//! share its fill and completion rings) and registers that shard's socket at all `N` slots of
+//! the queue: a frame for another shard's QP reaches it and is relayed in software.
 //!
 //! A UDP/4791 frame too short to hold a whole BTH (fewer than 12 bytes after the UDP
 //! header) is `XDP_PASS`, not the fallback: it is not a RoCEv2 packet and has no QPN to

@@ -7,7 +7,7 @@ use std::io::ErrorKind;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant as StdInstant, SystemTime};
-use uroce_transport::{Device, DeviceConfig, Instant, Mtu, QpnShard};
+use uroce_transport::{Device, DeviceConfig, Instant, Mtu, QpnShard, RxDrop};
 use uroce_wire::EthernetAddress;
 
 /// Which backend a port uses.
@@ -83,14 +83,41 @@ pub struct PortStats {
     pub idle_polls: u64,
     /// Transmit attempts that found the link down.
     pub link_down: u64,
-    /// Frames received whose destination QP belongs to another shard (a sharded port only;
-    /// the XDP program's steering should keep it 0): the engine's `dropped_wrong_shard`, which
-    /// it counts while dropping them as frames for an unknown QP.
+    /// Frames received whose destination QP belongs to another shard (a sharded port only):
+    /// the engine's `dropped_wrong_shard`, each handed to the port's relay ([`Port::set_relay`])
+    /// or, without one, dropped. Zero when every frame arrives on a receive queue of its QP's
+    /// shard (veth, QPs connected within their class); a NIC's RSS does not see to that.
     pub wrong_shard: u64,
+    /// Of those, frames the relay took (to the owning shard).
+    pub relayed: u64,
+    /// Of those, frames the relay could not take (the owner's inbox full): lost, as on a wire.
+    pub relay_full: u64,
+    /// Frames another shard's port relayed to this one ([`Port::receive_relayed`]).
+    pub relayed_in: u64,
     /// 802.1Qbb PFC frames received (the port honours them: [`super::pause`]).
     pub pause_rx: u64,
     /// Frames held back while their priority was paused.
     pub tx_held: u64,
+}
+
+/// Where a port hands a received frame whose destination QP is another shard's: the QPN and
+/// the frame; `false` if it could not be taken.
+pub type Relay = Box<dyn FnMut(u32, &[u8]) -> bool + Send>;
+
+/// Hand a received frame to the engine (or, another shard's, to the relay) and count it.
+fn deliver(dev: &mut Device, stats: &mut PortStats, relay: &mut Option<Relay>, now: Instant, f: &[u8]) {
+    match dev.handle_frame(now, f) {
+        Ok(()) => {}
+        Err(RxDrop::OtherShard(qpn)) => match relay.as_mut().map(|r| r(qpn, f)) {
+            Some(true) => stats.relayed += 1,
+            Some(false) => {
+                stats.relay_full += 1;
+                stats.rx_dropped += 1;
+            }
+            None => stats.rx_dropped += 1,
+        },
+        Err(_) => stats.rx_dropped += 1,
+    }
 }
 
 /// An engine joined to a backend.
@@ -112,6 +139,7 @@ pub struct Port {
     tap: Option<Box<dyn Tap>>,
     tap_out: VecDeque<Vec<u8>>,
     tap_scratch: Vec<u8>,
+    relay: Option<Relay>,
 }
 
 /// A link that is down loses frames, as a wire would: the engine's timers and retries decide
@@ -255,6 +283,7 @@ impl Port {
             tap: None,
             tap_out: VecDeque::new(),
             tap_scratch: Vec::new(),
+            relay: None,
         })
     }
 
@@ -326,6 +355,21 @@ impl Port {
         self.injector.as_ref()
     }
 
+    /// Hand received frames whose destination QP is another shard's to `relay` (a sharded
+    /// runtime's; see [`super::sharded`]) instead of dropping them.
+    pub fn set_relay(&mut self, relay: Option<Relay>) {
+        self.relay = relay;
+    }
+
+    /// Feed a frame another shard's port received for one of this port's QPs (see
+    /// [`Port::set_relay`]); what the engine answers goes out with the next [`Port::poll`].
+    pub fn receive_relayed(&mut self, f: &[u8]) {
+        let now = self.now();
+        self.stats.relayed_in += 1;
+        // No relay onward: a frame relayed here is this shard's or nobody's.
+        deliver(&mut self.dev, &mut self.stats, &mut None, now, f);
+    }
+
     /// The engine's clock: time since the port opened.
     pub fn now(&self) -> Instant {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
@@ -370,20 +414,30 @@ impl Port {
         let wall = self.wall_epoch + since;
         let ts = wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         let Port {
-            backend, dev, pcap, injector, stats, tx_budget, tx_blocked, pause, tap, tap_out, tap_scratch, ..
+            backend,
+            dev,
+            pcap,
+            injector,
+            stats,
+            tx_budget,
+            tx_blocked,
+            pause,
+            tap,
+            tap_out,
+            tap_scratch,
+            relay,
+            ..
         } = self;
         *tx_blocked = false;
         let mut work = false;
-        let deliver = |dev: &mut Device, stats: &mut PortStats, f: &[u8]| {
-            if dev.handle_frame(now, f).is_err() {
-                stats.rx_dropped += 1;
-            }
+        let to_engine = |dev: &mut Device,
+                         stats: &mut PortStats,
+                         tap: &mut Option<Box<dyn Tap>>,
+                         relay: &mut Option<Relay>,
+                         f: &[u8]| match tap.as_mut() {
+            Some(t) => t.on_rx(now, f, &mut |g: &[u8]| deliver(dev, stats, relay, now, g)),
+            None => deliver(dev, stats, relay, now, f),
         };
-        let to_engine =
-            |dev: &mut Device, stats: &mut PortStats, tap: &mut Option<Box<dyn Tap>>, f: &[u8]| match tap.as_mut() {
-                Some(t) => t.on_rx(now, f, &mut |g: &[u8]| deliver(dev, stats, g)),
-                None => deliver(dev, stats, f),
-            };
         let n = backend.recv(64, &mut |f: &[u8]| {
             if let Some(p) = pcap.as_mut() {
                 let _ = p.write(ts, f);
@@ -393,8 +447,8 @@ impl Port {
                 return;
             }
             match injector.as_mut() {
-                Some(inj) => inj.process(std_now, f, &mut |g: &[u8]| to_engine(dev, stats, tap, g)),
-                None => to_engine(dev, stats, tap, f),
+                Some(inj) => inj.process(std_now, f, &mut |g: &[u8]| to_engine(dev, stats, tap, relay, g)),
+                None => to_engine(dev, stats, tap, relay, f),
             }
         })?;
         stats.rx_frames += n as u64;
@@ -402,7 +456,7 @@ impl Port {
         if let Some(inj) = injector.as_mut() {
             inj.poll(std_now, &mut |g: &[u8]| {
                 work = true;
-                to_engine(dev, stats, tap, g);
+                to_engine(dev, stats, tap, relay, g);
             });
         }
         if dev.poll_timeout().is_some_and(|t| t <= now) {
@@ -505,9 +559,7 @@ impl Port {
     ) -> std::io::Result<bool> {
         tap.poll(now, &mut |g: &[u8]| out.push_back(g.to_vec()), &mut |g: &[u8]| {
             work = true;
-            if dev.handle_frame(now, g).is_err() {
-                stats.rx_dropped += 1;
-            }
+            deliver(dev, stats, &mut None, now, g);
         });
         while out.len() < budget as usize {
             let Some(n) = dev.poll_transmit(now, scratch) else { break };

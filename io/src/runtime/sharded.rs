@@ -19,14 +19,16 @@
 //!   completion rings, i.e. a lock between shards — so a shard owns its queues exclusively.
 //!
 //! What this steering guarantees: a frame reaches a shard's engine only if its destination QP
-//! is that shard's (the per-shard [`PortStats::wrong_shard`] counter checks it in software and
-//! stays 0). What it needs: a frame for shard `s` must *arrive* on one of shard `s`'s queues;
-//! if it arrives on another shard's queue, its slot is empty and the program passes it to the
-//! kernel (lost, as on a wire; RC retransmits). On veth this holds when both ends run `N`
-//! shards and QPs are connected within a class (local and remote QPN equal mod `N`): shard `s`
-//! transmits only on its own queues, and veth delivers a frame on the peer's RX queue of the
-//! same index. On a NIC whose RSS spreads a flow to arbitrary queues it does not hold; that
-//! needs every shard on every queue (shared UMEM per queue) or NIC flow steering — not done.
+//! is that shard's. A frame for shard `t` may still *arrive* on a queue of shard `s` — on a
+//! NIC whose RSS hashes addresses and UDP ports, most of them do; on veth, when a QP is
+//! connected to a peer QP of another class. So shard `s`'s socket on queue `q` is registered
+//! at every slot `(q, t)`, and its engine hands such a frame back unchecked
+//! (`RxDrop::OtherShard`); the port's relay copies it into shard `t`'s inbox (a lock-free
+//! queue of buffers from a shared pool: no allocation once warm), and shard `t`'s thread
+//! feeds it to its engine, which checks it as any frame ([`PortStats::wrong_shard`],
+//! `relayed`, `relay_full`, `relayed_in` count it). A relayed frame costs one copy and a
+//! wake-up of a sleeping shard; a full inbox loses the frame, as a wire would (RC retransmits).
+//! NIC flow steering by QPN would avoid the copy; nothing here depends on it.
 //!
 //! # Application interface
 //!
@@ -53,6 +55,8 @@ use uroce_transport::{CqHandle, QpnShard, WorkCompletion};
 const COMMAND_DEPTH: usize = 1024;
 /// Idle rounds a shard thread spins before it sleeps.
 const SPIN_ROUNDS: u32 = 200;
+/// Relayed frames queued per shard before the relay drops them.
+const INBOX_DEPTH: usize = 1024;
 
 type Command = Box<dyn FnOnce(&mut ShardState) + Send>;
 
@@ -88,6 +92,8 @@ pub struct ShardState {
 
 struct Mailbox {
     commands: ArrayQueue<Command>,
+    /// Frames other shards received for this shard's QPs.
+    inbox: ArrayQueue<Vec<u8>>,
     stop: AtomicBool,
     sleeping: AtomicBool,
     wake: OwnedFd,
@@ -101,6 +107,33 @@ impl Mailbox {
             // SAFETY: `wake` is an eventfd we own; writing 8 bytes from a valid u64 is its ABI.
             // A failure (counter overflow, impossible here) only loses a wake-up, never memory.
             unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+}
+
+/// Every shard's mailbox and the buffers relayed frames travel in, shared by the shards'
+/// relays.
+struct Relays {
+    mailboxes: Vec<Arc<Mailbox>>,
+    free: ArrayQueue<Vec<u8>>,
+}
+
+impl Relays {
+    /// Copy `f` into shard `qpn % N`'s inbox; `false` if it is full.
+    fn relay(&self, qpn: u32, f: &[u8]) -> bool {
+        let mb = &self.mailboxes[qpn as usize % self.mailboxes.len()];
+        let mut buf = self.free.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(f);
+        match mb.inbox.push(buf) {
+            Ok(()) => {
+                mb.kick();
+                true
+            }
+            Err(buf) => {
+                let _ = self.free.push(buf);
+                false
+            }
         }
     }
 }
@@ -145,25 +178,32 @@ impl ShardedRuntime {
             ports.push(port);
         }
         drop(steering);
-        let mut rt = ShardedRuntime { mailboxes: Vec::new(), threads: Vec::new() };
-        for (s, port) in ports.into_iter().enumerate() {
+        let mut mailboxes = Vec::with_capacity(n as usize);
+        for _ in 0..n {
             // SAFETY: plain syscall; the returned descriptor is checked and then owned.
             let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
             if fd < 0 {
                 return Err(std::io::Error::last_os_error().into());
             }
-            let mb = Arc::new(Mailbox {
+            mailboxes.push(Arc::new(Mailbox {
                 commands: ArrayQueue::new(COMMAND_DEPTH),
+                inbox: ArrayQueue::new(INBOX_DEPTH),
                 stop: AtomicBool::new(false),
                 sleeping: AtomicBool::new(false),
                 // SAFETY: `fd` is a fresh descriptor nobody else owns.
                 wake: unsafe { OwnedFd::from_raw_fd(fd) },
-            });
+            }));
+        }
+        let relays = Arc::new(Relays { mailboxes: mailboxes.clone(), free: ArrayQueue::new(INBOX_DEPTH * n as usize) });
+        let mut rt = ShardedRuntime { mailboxes: Vec::new(), threads: Vec::new() };
+        for (s, (mut port, mb)) in ports.into_iter().zip(mailboxes).enumerate() {
+            let r = relays.clone();
+            port.set_relay(Some(Box::new(move |qpn, f| r.relay(qpn, f))));
             let cpu = cfg.cpus.as_ref().filter(|c| !c.is_empty()).map(|c| c[s % c.len()]);
-            let m = mb.clone();
+            let (m, r) = (mb.clone(), relays.clone());
             let t = std::thread::Builder::new()
                 .name(format!("uroce-shard{s}"))
-                .spawn(move || shard_thread(&m, ShardState { port, cqs: Vec::new() }, cpu))?;
+                .spawn(move || shard_thread(&m, &r, ShardState { port, cqs: Vec::new() }, cpu))?;
             rt.mailboxes.push(mb);
             rt.threads.push(Some(t));
         }
@@ -273,7 +313,7 @@ fn pin(cpu: usize) {
     }
 }
 
-fn shard_thread(mb: &Mailbox, mut st: ShardState, cpu: Option<usize>) -> Port {
+fn shard_thread(mb: &Mailbox, relays: &Relays, mut st: ShardState, cpu: Option<usize>) -> Port {
     if let Some(c) = cpu {
         pin(c);
     }
@@ -284,6 +324,11 @@ fn shard_thread(mb: &Mailbox, mut st: ShardState, cpu: Option<usize>) -> Port {
         let mut work = false;
         while let Some(c) = mb.commands.pop() {
             c(&mut st);
+            work = true;
+        }
+        while let Some(f) = mb.inbox.pop() {
+            st.port.receive_relayed(&f);
+            let _ = relays.free.push(f);
             work = true;
         }
         match st.port.poll() {
@@ -306,7 +351,7 @@ fn shard_thread(mb: &Mailbox, mut st: ShardState, cpu: Option<usize>) -> Port {
         let sleep = st.port.idle_timeout(Duration::from_millis(100));
         mb.sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        if mb.commands.is_empty() && !mb.stop.load(Ordering::SeqCst) {
+        if mb.commands.is_empty() && mb.inbox.is_empty() && !mb.stop.load(Ordering::SeqCst) {
             idle::wait(&fds, mb.wake.as_raw_fd(), sleep);
         }
         mb.sleeping.store(false, Ordering::SeqCst);

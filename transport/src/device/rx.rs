@@ -38,6 +38,11 @@ pub enum RxDrop {
     BadOpcode,
     /// QP state does not receive.
     QpState,
+    /// The destination QP is another shard's (`DeviceConfig::qpn_shard`): nothing of the frame
+    /// was checked here (not even its ICRC) and nothing changed; the I/O layer may hand it to
+    /// the shard that owns the QP, whose engine checks it as any frame
+    /// (`uroce_io::runtime::ShardedRuntime`'s relay). Counted in `dropped_wrong_shard`.
+    OtherShard(u32),
 }
 
 impl Device {
@@ -52,6 +57,7 @@ impl Device {
         }
         match &parse_frame(frame) {
             Ok(p) => {
+                self.owned(p)?;
                 // The ICRC after the headers (`parse_frame_verified`'s order), before anything
                 // acts on the frame; an RDMA WRITE's is checked by the responder just before
                 // placement, still before any effect ([`Icrc`]).
@@ -111,7 +117,21 @@ impl Device {
     /// Feed one received frame that is already parsed and whose ICRC the caller verified (or
     /// chose not to: an I/O layer that reconstructs headers a UDP socket does not deliver).
     pub fn handle_parsed(&mut self, now: Instant, p: &ParsedFrame<'_>) -> Result<(), RxDrop> {
+        self.owned(p)?;
         self.deliver(now, p, Icrc::Checked)
+    }
+
+    /// The shard rule: a frame whose destination QPN is outside this device's class
+    /// ([`crate::QpnShard::owns`]) is another shard's, handed back before any check of its own
+    /// (the owner checks it all, ICRC included, so a relayed frame costs one ICRC, not two).
+    #[inline]
+    fn owned(&mut self, p: &ParsedFrame<'_>) -> Result<(), RxDrop> {
+        let qpn = p.roce.bth.dest_qp.value();
+        if self.cfg.qpn_shard.owns(qpn) {
+            return Ok(());
+        }
+        self.counters.dropped_wrong_shard += 1;
+        Err(RxDrop::OtherShard(qpn))
     }
 
     fn deliver(&mut self, now: Instant, p: &ParsedFrame<'_>, icrc: Icrc) -> Result<(), RxDrop> {
@@ -197,13 +217,7 @@ impl Device {
                 Err(RxDrop::Icrc)
             }
             Some(Err(why)) => drop_frame(&mut self.counters, p, icrc, why),
-            None => {
-                let r = drop_frame(&mut self.counters, p, icrc, RxDrop::UnknownQp(qpn));
-                if r == Err(RxDrop::UnknownQp(qpn)) && !self.cfg.qpn_shard.owns(qpn) {
-                    self.counters.dropped_wrong_shard += 1;
-                }
-                r
-            }
+            None => drop_frame(&mut self.counters, p, icrc, RxDrop::UnknownQp(qpn)),
         }
     }
 }
@@ -252,6 +266,7 @@ fn drop_frame(counters: &mut Counters, p: &ParsedFrame<'_>, icrc: Icrc, why: RxD
         RxDrop::BadOpcode => &mut counters.dropped_bad_opcode,
         RxDrop::QpState => &mut counters.dropped_qp_state,
         RxDrop::Malformed(_) => &mut counters.malformed_pkts,
+        RxDrop::OtherShard(_) => &mut counters.dropped_wrong_shard,
         RxDrop::NotRoce => return Err(why),
     };
     *c += 1;
