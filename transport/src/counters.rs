@@ -103,6 +103,10 @@ counters! {
     rp_cnp_ignored,
     /// Completions delivered beyond a CQ's capacity (an overflow; none are lost).
     cq_overflow,
+    /// Request packets received in sequence (each moved the responder's expected PSN; also in
+    /// `rcvd_pkts`): the peer's requests, where `rcvd_pkts` also holds its responses. A runtime
+    /// tells a two-way exchange from it ([`crate::Device`] users: `uroce_io`'s poll linger).
+    rcvd_in_seq_requests,
     /// Packets placed by the receive fast path (RDMA WRITE MIDDLE; also in `rcvd_pkts`).
     rx_fast_path_pkts,
     /// Packets built by the transmit fast path (SEND and WRITE MIDDLE; also in `sent_pkts`).

@@ -159,6 +159,17 @@ pub fn start_runtime(dev: &'static crate::device::Device) -> Result<Runtime, c_i
         libc::EIO
     })?;
     let rt = Runtime::start(port).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    if let Some(v) = std::env::var_os("UROCE_POLL_LINGER_US") {
+        let us =
+            v.to_str().and_then(|s| s.trim().parse::<u64>().ok()).filter(|&us| us <= 1_000_000).ok_or_else(|| {
+                eprintln!(
+                    "uroce: UROCE_POLL_LINGER_US: `{}` is not a number of microseconds (0..=1000000)",
+                    v.to_string_lossy()
+                );
+                libc::EINVAL
+            })?;
+        rt.set_linger(std::time::Duration::from_micros(us));
+    }
     // Each event goes to the context whose QP or CQ it names.
     rt.set_event_handler(Box::new(move |e| {
         let sinks = dev.sinks.lock().unwrap_or_else(|p| p.into_inner());

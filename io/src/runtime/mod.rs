@@ -23,4 +23,4 @@ mod threaded;
 pub use idle::{Notify, WatchedCq};
 pub use port::{BackendKind, Port, PortConfig, PortStats, DEFAULT_TX_BUDGET};
 pub use sharded::{ShardCq, ShardState, ShardStats, ShardedConfig, ShardedRuntime};
-pub use threaded::{EventHandler, RoundHook, Runtime, APP_ACTIVE};
+pub use threaded::{EventHandler, RoundHook, Runtime, APP_ACTIVE, LINGER};

@@ -11,6 +11,13 @@
 //! polls are the rounds: the progress threads stay off the port (its lock
 //! and its sockets) and sleep on their wake-up eventfds until that activity lapses; then they
 //! take over arrivals and timers again.
+//!
+//! In a two-way exchange (the application's port receives the peer's requests), a poll that
+//! returns completions first lingers: it keeps running rounds, up to [`Runtime::set_linger`]'s
+//! budget, until the peer's next request has arrived (`Shared::linger`). A program that polls
+//! its CQ for its own operation and then spins on memory for the peer's (`ib_write_lat`) finds
+//! the peer's data already placed, with no thread to wake; where the wait is in vain, lingering
+//! stops for a while.
 
 use super::idle::{self, Notify, WatchedCq};
 use super::Port;
@@ -86,7 +93,27 @@ struct Shared {
     wakes: Vec<OwnedFd>,
     /// When the application last polled ([`clock`] ns; 0: never, or it is blocked).
     app_polled: AtomicU64,
+    /// The engine's `rcvd_in_seq_requests` after the last round, and when it last grew.
+    requests: AtomicU64,
+    request_at: AtomicU64,
+    /// Its value when the application last posted (or made any other call through
+    /// [`Runtime::with`]): a linger waits for a request newer than that.
+    requests_at_post: AtomicU64,
+    /// The linger budget (ns; 0: none) and the time before which lingering is off (a linger
+    /// waited in vain).
+    linger: AtomicU64,
+    linger_off_until: AtomicU64,
+    /// Lingers in a row that waited in vain.
+    linger_misses: AtomicU64,
 }
+
+/// The default linger budget ([`Runtime::set_linger`]).
+pub const LINGER: Duration = Duration::from_micros(50);
+/// A poll lingers only while the peer's requests arrived this recently.
+const LINGER_RECENT: Duration = Duration::from_millis(1);
+/// After this many lingers in a row that waited in vain, none for [`LINGER_BACKOFF`].
+const LINGER_MISSES: u64 = 3;
+const LINGER_BACKOFF: Duration = Duration::from_millis(1);
 
 /// How recent an application call (a poll or a post) keeps the progress threads off the port.
 /// The trade: a program that polls its CQ and then spins on memory (`ib_write_lat`) waits up
@@ -122,6 +149,54 @@ impl Shared {
 
     fn app_active(&self) -> bool {
         self.app_active_for().is_some()
+    }
+
+    /// A progress round by whichever thread holds `g`, noting the peer's requests it took.
+    fn round(&self, g: &mut Inner, queue: Option<usize>) -> bool {
+        let work = g.round(queue);
+        let r = g.port.device_ref().counters().rcvd_in_seq_requests;
+        if r != self.requests.load(Ordering::Relaxed) {
+            self.requests.store(r, Ordering::Relaxed);
+            self.request_at.store(clock(), Ordering::Relaxed);
+        }
+        work
+    }
+
+    /// Before a poll returns completions: in a two-way exchange (the peer's requests arrived in
+    /// the last [`LINGER_RECENT`]) and unless lingering is off, run rounds until a request has
+    /// arrived since the application last posted, for at most the budget. [`LINGER_MISSES`]
+    /// lingers in a row that see none turn lingering off for [`LINGER_BACKOFF`].
+    fn linger(&self) {
+        let budget = self.linger.load(Ordering::Relaxed);
+        let mark = self.requests_at_post.load(Ordering::Relaxed);
+        let start = clock();
+        let eligible = budget > 0
+            && self.requests.load(Ordering::Relaxed) == mark
+            && start.saturating_sub(self.request_at.load(Ordering::Relaxed)) < LINGER_RECENT.as_nanos() as u64
+            && start >= self.linger_off_until.load(Ordering::Relaxed);
+        if !eligible {
+            return;
+        }
+        let mut rounds = 0u32;
+        while self.requests.load(Ordering::Relaxed) == mark {
+            // The clock every 8th round: it costs as much as an idle round.
+            rounds += 1;
+            if rounds.is_multiple_of(8) && clock() - start > budget {
+                // In vain: after LINGER_MISSES of these in a row, none for a while.
+                if self.linger_misses.fetch_add(1, Ordering::Relaxed) + 1 >= LINGER_MISSES {
+                    self.linger_misses.store(0, Ordering::Relaxed);
+                    self.linger_off_until.store(clock() + LINGER_BACKOFF.as_nanos() as u64, Ordering::Relaxed);
+                }
+                return;
+            }
+            match self.inner.try_lock() {
+                Ok(mut g) => {
+                    self.round(&mut g, None);
+                }
+                Err(_) => std::hint::spin_loop(),
+            }
+        }
+        self.linger_misses.store(0, Ordering::Relaxed);
     }
 
     /// How much longer the application counts as polling (`None`: it does not).
@@ -172,6 +247,12 @@ impl Runtime {
             stop: AtomicBool::new(false),
             wakes,
             app_polled: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            request_at: AtomicU64::new(0),
+            requests_at_post: AtomicU64::new(0),
+            linger: AtomicU64::new(LINGER.as_nanos() as u64),
+            linger_off_until: AtomicU64::new(0),
+            linger_misses: AtomicU64::new(0),
         });
         let mut rt = Runtime { shared, threads: Vec::with_capacity(n) };
         for q in 0..n {
@@ -185,6 +266,12 @@ impl Runtime {
         Ok(rt)
     }
 
+    /// How long a poll that returns completions may linger for the peer's next request
+    /// (default [`LINGER`]; zero: never).
+    pub fn set_linger(&self, budget: Duration) {
+        self.shared.linger.store(budget.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
     /// Progress threads running (one per receive queue).
     pub fn progress_threads(&self) -> usize {
         self.threads.len()
@@ -196,10 +283,11 @@ impl Runtime {
     /// what the round left, a progress thread takes once that lapses.
     pub fn with<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
         let was_active = self.shared.app_active();
+        self.shared.requests_at_post.store(self.shared.requests.load(Ordering::Relaxed), Ordering::Relaxed);
         let r = {
             let mut g = self.shared.lock();
             let r = f(g.port.device());
-            g.round(None);
+            self.shared.round(&mut g, None);
             self.shared.app_polled.store(clock(), Ordering::Relaxed);
             r
         };
@@ -260,14 +348,17 @@ impl Runtime {
         // Polling, whatever it finds: its next poll of an empty queue runs the round (a program
         // that finds completions at every poll still drains them, and they come from rounds).
         self.shared.app_polled.store(clock(), Ordering::Relaxed);
-        let n = w.pop_into(out);
+        let mut n = w.pop_into(out);
+        if n == 0 {
+            if let Ok(mut g) = self.shared.inner.try_lock() {
+                self.shared.round(&mut g, None);
+            }
+            n = w.pop_into(out);
+        }
         if n > 0 {
-            return n;
+            self.shared.linger();
         }
-        if let Ok(mut g) = self.shared.inner.try_lock() {
-            g.round(None);
-        }
-        w.pop_into(out)
+        n
     }
 
     /// [`Runtime::poll_watched`] by handle (unwatched CQs: polled under the lock).
@@ -341,10 +432,10 @@ fn progress(s: &Shared, queue: Option<usize>, wake: usize) {
             continue;
         }
         let (work, sleep) = match s.inner.try_lock() {
-            Ok(mut g) => (g.round(queue), g.port.idle_timeout(cap)),
+            Ok(mut g) => (s.round(&mut g, queue), g.port.idle_timeout(cap)),
             Err(std::sync::TryLockError::Poisoned(p)) => {
                 let mut g = p.into_inner();
-                (g.round(queue), g.port.idle_timeout(cap))
+                (s.round(&mut g, queue), g.port.idle_timeout(cap))
             }
             // An application thread is running a round: look again shortly.
             Err(std::sync::TryLockError::WouldBlock) => (false, BUSY_RECHECK),

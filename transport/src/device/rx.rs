@@ -110,6 +110,7 @@ impl Device {
         }
         super::schedule::mark_ready(ready, qp);
         counters.rcvd_pkts += 1;
+        counters.rcvd_in_seq_requests += 1;
         counters.rx_fast_path_pkts += 1;
         true
     }
@@ -202,6 +203,9 @@ impl Device {
                     if let Some(t) = qp.template.as_mut().filter(|_| ty.is_connected()) {
                         t.heard(p.udp.src_port);
                     }
+                }
+                if qp.resp.epsn != progress.1 {
+                    ctx.counters.rcvd_in_seq_requests += 1;
                 }
                 qp.on_received(ctx, p, info);
             }
