@@ -109,8 +109,11 @@ struct Shared {
 
 /// The default linger budget ([`Runtime::set_linger`]).
 pub const LINGER: Duration = Duration::from_micros(50);
-/// A poll lingers only while the peer's requests arrived this recently.
+/// A poll lingers only while the peer's requests arrived this recently, or within
+/// [`LINGER_RECENT_BUDGETS`] budgets when that is longer (a larger budget is a longer wait
+/// for a slower peer).
 const LINGER_RECENT: Duration = Duration::from_millis(1);
+const LINGER_RECENT_BUDGETS: u64 = 20;
 /// After this many lingers in a row that waited in vain, none for [`LINGER_BACKOFF`].
 const LINGER_MISSES: u64 = 3;
 const LINGER_BACKOFF: Duration = Duration::from_millis(1);
@@ -163,7 +166,7 @@ impl Shared {
     }
 
     /// Before a poll returns completions: in a two-way exchange (the peer's requests arrived in
-    /// the last [`LINGER_RECENT`]) and unless lingering is off, run rounds until a request has
+    /// the last [`LINGER_RECENT`], or 20 budgets) and unless lingering is off, run rounds until a request has
     /// arrived since the application last posted, for at most the budget. [`LINGER_MISSES`]
     /// lingers in a row that see none turn lingering off for [`LINGER_BACKOFF`].
     fn linger(&self) {
@@ -172,7 +175,8 @@ impl Shared {
         let start = clock();
         let eligible = budget > 0
             && self.requests.load(Ordering::Relaxed) == mark
-            && start.saturating_sub(self.request_at.load(Ordering::Relaxed)) < LINGER_RECENT.as_nanos() as u64
+            && start.saturating_sub(self.request_at.load(Ordering::Relaxed))
+                < (LINGER_RECENT.as_nanos() as u64).max(budget.saturating_mul(LINGER_RECENT_BUDGETS))
             && start >= self.linger_off_until.load(Ordering::Relaxed);
         if !eligible {
             return;
