@@ -316,7 +316,7 @@ fn a_poll_lingers_for_the_peers_reply() {
     const ROUNDS: u8 = 60;
     // B replies to every 10th message after this pause.
     const PAUSE: Duration = Duration::from_millis(3);
-    let slow = |n: u8| n % 10 == 0;
+    let slow = |n: u8| n.is_multiple_of(10);
     std::thread::scope(|sc| {
         for (me, mine, peer, first) in [(&a, &amem, &b, true), (&b, &bmem, &a, false)] {
             sc.spawn(move || {
