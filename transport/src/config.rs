@@ -140,11 +140,23 @@ impl Default for QpnShard {
 }
 
 impl QpnShard {
+    /// The shard of `count` that owns `qpn`: the one placement rule, used by the engine's
+    /// receive check, the runtime's relay and its post routing (the XDP program's
+    /// `dest_qpn % N` states it again in BPF, held to this by `tests/runtime_shards.rs`).
+    #[inline]
+    pub fn index_of(qpn: u32, count: u32) -> u32 {
+        if count <= 1 {
+            0
+        } else {
+            qpn % count
+        }
+    }
+
     /// Whether `qpn` belongs to this shard.
     #[inline]
     pub fn owns(&self, qpn: u32) -> bool {
         // Unsharded (every frame's check): no division.
-        self.count <= 1 || qpn % self.count == self.index
+        self.count <= 1 || Self::index_of(qpn, self.count) == self.index
     }
 }
 

@@ -121,7 +121,7 @@ struct Relays {
 impl Relays {
     /// Copy `f` into shard `qpn % N`'s inbox; `false` if it is full.
     fn relay(&self, qpn: u32, f: &[u8]) -> bool {
-        let mb = &self.mailboxes[qpn as usize % self.mailboxes.len()];
+        let mb = &self.mailboxes[QpnShard::index_of(qpn, self.mailboxes.len() as u32) as usize];
         let mut buf = self.free.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(f);
@@ -217,7 +217,7 @@ impl ShardedRuntime {
 
     /// The shard that owns `qpn`.
     pub fn shard_of(&self, qpn: u32) -> usize {
-        qpn as usize % self.shards()
+        QpnShard::index_of(qpn, self.shards() as u32) as usize
     }
 
     /// Run `f` on shard `s`'s thread, against its port, and wait for the result.
