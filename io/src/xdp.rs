@@ -460,7 +460,7 @@ impl Backend for XdpBackend {
                 continue;
             }
             s.tx_flush().map_err(xsk_io_error)?;
-            s.reclaim();
+            s.reclaim_after_kick();
         }
         Ok(())
     }

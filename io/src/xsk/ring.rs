@@ -265,6 +265,13 @@ impl<T: Copy> Consumer<T> {
         self.ring.size
     }
 
+    /// Entries the ring's shared indices show nobody has consumed yet, whichever consumer last
+    /// took it (a look without the consumers' lock: a stale answer only means the entries are
+    /// taken at a later look).
+    pub fn shared_len(&self) -> u32 {
+        self.ring.producer().load(Ordering::Acquire).wrapping_sub(self.ring.consumer().load(Ordering::Acquire))
+    }
+
     /// Entries ready to peek (at most `max`), reloading the producer index only if fewer
     /// than `max` are known.
     pub fn available(&mut self, max: u32) -> u32 {

@@ -504,7 +504,7 @@ impl XskSocket {
             return 0;
         }
         let n = if self.shared.is_some() {
-            self.refill_shared()
+            self.refill_shared(shared::SHARED_REFILL_BATCH)
         } else {
             let free = self.fill.0.free(len as u32) as usize;
             let m = free.min(len);
@@ -751,7 +751,7 @@ impl XskSocket {
     /// Move completed TX frames back to the free list. Returns how many.
     pub fn reclaim(&mut self) -> usize {
         if self.shared.is_some() {
-            return self.reclaim_shared();
+            return self.reclaim_shared(false);
         }
         self.comp_scratch.clear();
         let n = self.comp.consume(self.comp.0.size(), &mut self.comp_scratch);
@@ -761,6 +761,15 @@ impl XskSocket {
         self.tx_outstanding = self.tx_outstanding.saturating_sub(n as u32);
         self.counters.tx_completed += n as u64;
         n
+    }
+
+    /// [`XskSocket::reclaim`] after a transmit kick: on a shared UMEM, only once completions
+    /// have gathered or free frames run low (each reclaim there takes the processes' lock).
+    pub fn reclaim_after_kick(&mut self) -> usize {
+        if self.shared.is_some() {
+            return self.reclaim_shared(true);
+        }
+        self.reclaim()
     }
 
     /// Published TX descriptors the kernel has not taken yet.

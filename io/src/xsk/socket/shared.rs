@@ -24,11 +24,18 @@
 
 use super::*;
 use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Processes that can share one queue's UMEM (tenant slots).
 pub const MAX_XDP_TENANTS: u32 = 8;
 /// The receive pool of a shared queue (chunks, and fill ring entries).
 pub const SHARED_RX_FRAMES: u32 = 8192;
+/// Receive chunks a process gives back to the shared fill ring at a time (at most this many
+/// less per process on the ring, of [`SHARED_RX_FRAMES`]).
+pub const SHARED_REFILL_BATCH: usize = 16;
+/// Transmit completions (or returned chunks) a process lets gather on the shared rings before
+/// it takes them after a kick (in copy mode every kick completes at once: one lock a frame).
+pub const SHARED_RECLAIM_BATCH: u32 = 16;
 /// Each process's RX ring: as deep as an unshared socket's (a burst of UD or UC datagrams
 /// that overflows it is lost for good).
 pub const SHARED_RX_RING: u32 = 2048;
@@ -125,6 +132,14 @@ impl Share {
             tracing::warn!("a uroce process died holding the shared UMEM's lock; taken over");
         }
         Held(self)
+    }
+
+    /// Return stack `slot`'s length, looked at without the lock (a stale answer only delays
+    /// the returns to the next look).
+    fn returned_peek(&self, slot: u32) -> u32 {
+        // SAFETY: `slot < MAX_XDP_TENANTS` (this process's slot); the counter is an aligned u32
+        // in the mapping that every writer stores atomically under the lock (`stack`'s users).
+        unsafe { AtomicU32::from_ptr(&raw mut (*self.control()).returned[slot as usize]) }.load(Ordering::Relaxed)
     }
 
     /// Return stack `slot`: (its length, its entries).
@@ -337,9 +352,15 @@ impl XskSocket {
         Ok(sock)
     }
 
-    /// [`XskSocket::refill`] of a shared fill ring: under the lock, from where the others left it.
-    pub(super) fn refill_shared(&mut self) -> usize {
+    /// [`XskSocket::refill`] of a shared fill ring: under the lock, from where the others left
+    /// it, once `min` chunks are pending ([`SHARED_REFILL_BATCH`] while the socket lives: the
+    /// lock is a robust process-shared mutex, and taken for every frame it was the dearest
+    /// step of a round; all of them when it closes).
+    pub(super) fn refill_shared(&mut self, min: usize) -> usize {
         let Some(share) = &self.shared else { return 0 };
+        if self.fill_pending.len() < min.max(1) {
+            return 0;
+        }
         let _held = share.lock();
         self.fill.0.resync();
         let len = self.fill_pending.len();
@@ -350,8 +371,18 @@ impl XskSocket {
 
     /// [`XskSocket::reclaim`] of a shared completion ring: this slot's chunks to the free
     /// list, the others' to their owners' return stacks; then this slot's returns.
-    pub(super) fn reclaim_shared(&mut self) -> usize {
+    /// `lazy` (the reclaim after each transmit kick): only once [`SHARED_RECLAIM_BATCH`]
+    /// completions or returns have gathered, or this process's free transmit chunks run low.
+    pub(super) fn reclaim_shared(&mut self, lazy: bool) -> usize {
         let Some(share) = &self.shared else { return 0 };
+        let waiting = |b: u32| self.comp.0.shared_len() >= b || share.returned_peek(share.slot) >= b;
+        if lazy && self.tx_free.len() >= SHARED_RECLAIM_BATCH as usize * 2 && !waiting(SHARED_RECLAIM_BATCH) {
+            return 0;
+        }
+        // Nothing completed and nothing returned: no lock.
+        if !waiting(1) {
+            return 0;
+        }
         let held = share.lock();
         self.comp.0.resync();
         self.comp_scratch.clear();
@@ -368,9 +399,11 @@ impl XskSocket {
                     let (len, stack) = share.stack(&held, s);
                     // SAFETY: under the lock; a slot's stack holds at most its tx_frames chunks.
                     unsafe {
-                        if *len < share.geom.tx_frames {
-                            stack.add(*len as usize).write(chunk);
-                            *len += 1;
+                        let len = AtomicU32::from_ptr(len);
+                        let l = len.load(Ordering::Relaxed);
+                        if l < share.geom.tx_frames {
+                            stack.add(l as usize).write(chunk);
+                            len.store(l + 1, Ordering::Relaxed);
                         }
                     }
                 }
@@ -380,16 +413,28 @@ impl XskSocket {
         let (len, stack) = share.stack(&held, share.slot);
         // SAFETY: under the lock; `len` entries are valid.
         unsafe {
-            for i in 0..*len as usize {
+            let len = AtomicU32::from_ptr(len);
+            let l = len.load(Ordering::Relaxed) as usize;
+            for i in 0..l {
                 self.tx_free.push(stack.add(i).read());
             }
-            mine += *len as usize;
-            *len = 0;
+            mine += l;
+            len.store(0, Ordering::Relaxed);
         }
         drop(held);
         self.tx_outstanding = self.tx_outstanding.saturating_sub(mine as u32);
         self.counters.tx_completed += mine as u64;
         n
+    }
+}
+
+impl Drop for XskSocket {
+    /// A shared queue's receive chunks this process still holds go back to the fill ring
+    /// (they belong to the queue, which outlives the process).
+    fn drop(&mut self) {
+        if self.shared.is_some() {
+            self.refill_shared(0);
+        }
     }
 }
 
