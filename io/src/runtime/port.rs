@@ -411,8 +411,12 @@ impl Port {
         let std_now = StdInstant::now();
         let since = std_now.saturating_duration_since(self.epoch);
         let now = Instant::from_nanos(since.as_nanos() as u64);
-        let wall = self.wall_epoch + since;
-        let ts = wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        // The capture's timestamp (wall clock), only when capturing: two timespec sums a round.
+        let ts = if self.pcap.is_some() {
+            (self.wall_epoch + since).duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default()
+        } else {
+            Duration::ZERO
+        };
         let Port {
             backend,
             dev,
