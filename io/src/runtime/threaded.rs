@@ -93,6 +93,8 @@ struct Shared {
     wakes: Vec<OwnedFd>,
     /// When the application last polled ([`clock`] ns; 0: never, or it is blocked).
     app_polled: AtomicU64,
+    /// The application handed the port over ([`Shared::hand_over`]) and has not called since.
+    handed_over: AtomicBool,
     /// The engine's `rcvd_in_seq_requests` after the last round, and when it last grew.
     requests: AtomicU64,
     request_at: AtomicU64,
@@ -150,8 +152,9 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn app_active(&self) -> bool {
-        self.app_active_for().is_some()
+    /// Whether the application counts as polling at `now` ([`clock`]).
+    fn app_active_at(&self, now: u64) -> bool {
+        self.app_active_until(now).is_some()
     }
 
     /// A progress round by whichever thread holds `g`, noting the peer's requests it took.
@@ -168,17 +171,22 @@ impl Shared {
     /// Before a poll returns completions: in a two-way exchange (the peer's requests arrived in
     /// the last [`LINGER_RECENT`], or 20 budgets) and unless lingering is off, run rounds until a request has
     /// arrived since the application last posted, for at most the budget. [`LINGER_MISSES`]
-    /// lingers in a row that see none turn lingering off for [`LINGER_BACKOFF`].
-    fn linger(&self) {
+    /// lingers in a row that see none turn lingering off for [`LINGER_BACKOFF`]. Where the
+    /// request is awaited and no linger brings it (in vain, or lingering is off), the
+    /// application is about to wait for it somewhere the runtime cannot see (`ib_write_lat`
+    /// spins on memory): the progress threads take over at once ([`Shared::hand_over`]).
+    fn linger(&self, start: u64) {
         let budget = self.linger.load(Ordering::Relaxed);
         let mark = self.requests_at_post.load(Ordering::Relaxed);
-        let start = clock();
-        let eligible = budget > 0
+        let awaited = budget > 0
             && self.requests.load(Ordering::Relaxed) == mark
             && start.saturating_sub(self.request_at.load(Ordering::Relaxed))
-                < (LINGER_RECENT.as_nanos() as u64).max(budget.saturating_mul(LINGER_RECENT_BUDGETS))
-            && start >= self.linger_off_until.load(Ordering::Relaxed);
-        if !eligible {
+                < (LINGER_RECENT.as_nanos() as u64).max(budget.saturating_mul(LINGER_RECENT_BUDGETS));
+        if !awaited {
+            return;
+        }
+        if start < self.linger_off_until.load(Ordering::Relaxed) {
+            self.hand_over();
             return;
         }
         let mut rounds = 0u32;
@@ -191,6 +199,7 @@ impl Shared {
                     self.linger_misses.store(0, Ordering::Relaxed);
                     self.linger_off_until.store(clock() + LINGER_BACKOFF.as_nanos() as u64, Ordering::Relaxed);
                 }
+                self.hand_over();
                 return;
             }
             match self.inner.try_lock() {
@@ -203,10 +212,40 @@ impl Shared {
         self.linger_misses.store(0, Ordering::Relaxed);
     }
 
+    /// The application stops counting as active and the progress threads are woken to drive
+    /// the port until its next call.
+    fn hand_over(&self) {
+        self.handed_over.store(true, Ordering::Relaxed);
+        self.kick();
+    }
+
+    /// The application called (a poll or a post) at `now` ([`clock`]): it drives the port
+    /// again. (One clock read per call: the callers pass the one they took.)
+    fn app_called(&self, now: u64) {
+        self.app_polled.store(now, Ordering::Relaxed);
+        if self.handed_over.load(Ordering::Relaxed) {
+            self.handed_over.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the application called within `d` (handed over or not).
+    fn app_called_within(&self, d: Duration) -> bool {
+        let t = self.app_polled.load(Ordering::Relaxed);
+        t != 0 && clock().saturating_sub(t) < d.as_nanos() as u64
+    }
+
     /// How much longer the application counts as polling (`None`: it does not).
     fn app_active_for(&self) -> Option<Duration> {
+        self.app_active_until(clock())
+    }
+
+    /// [`Shared::app_active_for`] at `now`.
+    fn app_active_until(&self, now: u64) -> Option<Duration> {
+        if self.handed_over.load(Ordering::Relaxed) {
+            return None;
+        }
         let t = self.app_polled.load(Ordering::Relaxed);
-        let left = (APP_ACTIVE.as_nanos() as u64).checked_sub(clock().saturating_sub(t))?;
+        let left = (APP_ACTIVE.as_nanos() as u64).checked_sub(now.saturating_sub(t))?;
         (t != 0 && left > 0).then(|| Duration::from_nanos(left))
     }
 }
@@ -220,9 +259,12 @@ pub struct Runtime {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// Idle polls spent spinning before a progress thread sleeps (while the application is not
-/// polling).
+/// Idle polls spent spinning before a progress thread sleeps (while the application has not
+/// called for [`APP_RECENT`]).
 const SPIN_ROUNDS: u32 = 200;
+/// An application that called this recently is only paused (spinning on memory, preempted):
+/// a progress thread that takes over does not spin, which would keep a core from it.
+const APP_RECENT: Duration = Duration::from_millis(1);
 
 impl Runtime {
     /// Start the progress threads: one per receive queue of the port's backend.
@@ -251,6 +293,7 @@ impl Runtime {
             stop: AtomicBool::new(false),
             wakes,
             app_polled: AtomicU64::new(0),
+            handed_over: AtomicBool::new(false),
             requests: AtomicU64::new(0),
             request_at: AtomicU64::new(0),
             requests_at_post: AtomicU64::new(0),
@@ -286,13 +329,21 @@ impl Runtime {
     /// poll (a program posting a window of 64 KiB WRITEs spends longer posting than polling):
     /// what the round left, a progress thread takes once that lapses.
     pub fn with<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
-        let was_active = self.shared.app_active();
-        self.shared.requests_at_post.store(self.shared.requests.load(Ordering::Relaxed), Ordering::Relaxed);
+        let now = clock();
+        let was_active = self.shared.app_active_at(now);
+        // Active from the call on: a progress thread that took over (a hand-over) keeps off
+        // the lock this call is about to take.
+        self.shared.app_called(now);
         let r = {
             let mut g = self.shared.lock();
+            // The peer's requests so far, under the lock: a round that another thread ran has
+            // published its count (a mark taken before the lock could miss the request whose
+            // data the program just saw, and the next linger would take that one for the
+            // peer's next request).
+            let seen = g.port.device_ref().counters().rcvd_in_seq_requests;
+            self.shared.requests_at_post.store(seen, Ordering::Relaxed);
             let r = f(g.port.device());
             self.shared.round(&mut g, None);
-            self.shared.app_polled.store(clock(), Ordering::Relaxed);
             r
         };
         if !was_active {
@@ -351,7 +402,8 @@ impl Runtime {
         }
         // Polling, whatever it finds: its next poll of an empty queue runs the round (a program
         // that finds completions at every poll still drains them, and they come from rounds).
-        self.shared.app_polled.store(clock(), Ordering::Relaxed);
+        let now = clock();
+        self.shared.app_called(now);
         let mut n = w.pop_into(out);
         if n == 0 {
             if let Ok(mut g) = self.shared.inner.try_lock() {
@@ -360,7 +412,7 @@ impl Runtime {
             n = w.pop_into(out);
         }
         if n > 0 {
-            self.shared.linger();
+            self.shared.linger(now);
         }
         n
     }
@@ -377,8 +429,7 @@ impl Runtime {
     /// The application is about to block (waiting for a completion event): the progress
     /// threads take over arrivals at once.
     pub fn app_blocking(&self) {
-        self.shared.app_polled.store(0, Ordering::Relaxed);
-        self.shared.kick();
+        self.shared.hand_over();
     }
 
     /// Stop the progress thread and give the port back (`None` only if another handle to
@@ -421,6 +472,9 @@ fn progress(s: &Shared, queue: Option<usize>, wake: usize) {
     // until the next engine timer, at most 100 ms; without one, poll every 1 ms.
     let cap = if fd.is_some() { Duration::from_millis(100) } else { Duration::from_millis(1) };
     let mut idle = 0u32;
+    // The least the next look at an active application waits: doubling from [`APP_ACTIVE`]
+    // up to [`ACTIVE_RECHECK_MAX`] while it stays active, zero once it was not.
+    let mut backoff = Duration::ZERO;
     while !s.stop.load(Ordering::Acquire) {
         if let Some(left) = s.app_active_for() {
             // The application is polling and runs the rounds itself (arrivals, transmits,
@@ -431,25 +485,39 @@ fn progress(s: &Shared, queue: Option<usize>, wake: usize) {
             // and even sleeping in `ppoll` on an AF_XDP socket in copy mode runs its transmit
             // path, on the socket mutex the application's `sendto` takes. Posted work does
             // not kick while the application is active; `app_blocking` does.
-            idle::wait(&[], s.wakes[wake].as_raw_fd(), left);
+            //
+            // Each look wakes this thread, and on a machine whose cores the application's
+            // threads keep busy a wake-up preempts one of them (`ib_write_lat` over the
+            // library: every ~12th round trip 10–20 µs late at a look every 100 µs): while
+            // the application stays active, look ever less often. Where it stops calling to
+            // wait for something the runtime cannot see, it hands over itself (`linger`).
+            idle::wait(&[], s.wakes[wake].as_raw_fd(), left.max(backoff));
+            backoff = (backoff * 2).clamp(APP_ACTIVE, ACTIVE_RECHECK_MAX);
             idle = 0;
             continue;
         }
+        backoff = Duration::ZERO;
         let (work, sleep) = match s.inner.try_lock() {
             Ok(mut g) => (s.round(&mut g, queue), g.port.idle_timeout(cap)),
             Err(std::sync::TryLockError::Poisoned(p)) => {
                 let mut g = p.into_inner();
                 (s.round(&mut g, queue), g.port.idle_timeout(cap))
             }
-            // An application thread is running a round: look again shortly.
-            Err(std::sync::TryLockError::WouldBlock) => (false, BUSY_RECHECK),
+            // An application thread is running a round: look again shortly. Not woken by the
+            // sockets: what is waiting there is that round's to take, and a thread woken by it
+            // at once while the holder is preempted (more busy threads than cores) only keeps
+            // the holder off a core.
+            Err(std::sync::TryLockError::WouldBlock) => {
+                idle::wait(&[], s.wakes[wake].as_raw_fd(), BUSY_RECHECK);
+                continue;
+            }
         };
         if work {
             idle = 0;
             continue;
         }
         idle += 1;
-        if idle < SPIN_ROUNDS && !s.app_active() {
+        if idle < SPIN_ROUNDS && !s.app_called_within(APP_RECENT) {
             std::hint::spin_loop();
             continue;
         }
@@ -457,6 +525,12 @@ fn progress(s: &Shared, queue: Option<usize>, wake: usize) {
     }
 }
 
-/// How long a progress thread that found the port busy sleeps before it looks again (arrivals
-/// and kicks wake it sooner).
+/// The longest a progress thread sleeps between looks at whether the application still polls
+/// (it starts at [`APP_ACTIVE`] and doubles while the application stays active): a program
+/// that stops calling without blocking and without a linger's hand-over waits up to this long
+/// (plus [`APP_ACTIVE`]) for a progress thread.
+const ACTIVE_RECHECK_MAX: Duration = Duration::from_micros(1600);
+
+/// How long a progress thread that found the port busy sleeps before it looks again (kicks
+/// wake it sooner).
 const BUSY_RECHECK: Duration = Duration::from_micros(100);
