@@ -533,7 +533,16 @@ pub unsafe extern "C" fn poll_cq(cq: *mut c_void, n: c_int, wc: *mut c_void) -> 
     if wc.is_null() && n > 0 {
         return -libc::EINVAL;
     }
-    let mut buf = [WorkCompletion::default(); 16];
+    // One completion at a time (the latency tools' `ibv_poll_cq(cq, 1, &wc)`): no 16-entry
+    // buffer to initialise on every poll.
+    let (mut one, mut many);
+    let buf: &mut [WorkCompletion] = if n <= 1 {
+        one = [WorkCompletion::default(); 1];
+        &mut one
+    } else {
+        many = [WorkCompletion::default(); 16];
+        &mut many
+    };
     let mut done = 0usize;
     while done < n {
         let want = (n - done).min(buf.len());

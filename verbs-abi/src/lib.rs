@@ -41,9 +41,11 @@ pub mod srq;
 pub mod strings;
 pub mod stubs;
 
+use core::cell::Cell;
 use core::ffi::c_void;
 use core::marker::PhantomData;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Set the calling thread's `errno`.
@@ -56,6 +58,33 @@ pub(crate) fn set_errno(e: i32) {
 pub(crate) fn errno() -> i32 {
     // SAFETY: __errno_location returns the calling thread's errno slot.
     unsafe { *libc::__errno_location() }
+}
+
+/// Removals from any [`Registry`] so far.
+static REMOVALS: AtomicU64 = AtomicU64::new(0);
+
+/// A thread's last registry lookups: (registry, handle, object, [`REMOVALS`] when looked up).
+struct Recent {
+    slots: [Cell<(usize, usize, usize, u64)>; 4],
+    next: Cell<usize>,
+}
+
+impl Recent {
+    fn find(&self, registry: usize, key: usize, epoch: u64) -> Option<usize> {
+        self.slots.iter().map(Cell::get).find(|&(r, k, _, e)| r == registry && k == key && e == epoch).map(|s| s.2)
+    }
+
+    fn remember(&self, registry: usize, key: usize, obj: usize, epoch: u64) {
+        let i = self.next.get();
+        self.slots[i % self.slots.len()].set((registry, key, obj, epoch));
+        self.next.set(i.wrapping_add(1));
+    }
+}
+
+thread_local! {
+    static RECENT: Recent = const {
+        Recent { slots: [const { Cell::new((0, 0, 0, u64::MAX)) }; 4], next: Cell::new(0) }
+    };
 }
 
 /// Live objects of one kind handed to the program, by the address the program holds. Every
@@ -84,12 +113,22 @@ impl<T> Registry<T> {
 
     /// Register `obj` (a leaked `Box`) under the handle `key`.
     pub fn insert(&self, key: *const c_void, obj: *mut T) {
-        self.lock().insert(key as usize, obj as usize);
+        let mut m = self.lock();
+        if m.insert(key as usize, obj as usize).is_some() {
+            // A handle that named another object: remembered lookups of it are void.
+            REMOVALS.fetch_add(1, Ordering::Release);
+        }
     }
 
     /// Unregister `key`, handing back the object it owned (dropping it frees it).
     pub fn take(&self, key: *const c_void) -> Option<Box<T>> {
-        let o = self.lock().remove(&(key as usize))?;
+        let o = {
+            let mut m = self.lock();
+            let o = m.remove(&(key as usize));
+            // Every thread's remembered lookups are void from here ([`Registry::get`]).
+            REMOVALS.fetch_add(1, Ordering::Release);
+            o?
+        };
         // SAFETY: registered objects are leaked Boxes; removed from the map, this is the one owner.
         Some(unsafe { Box::from_raw(o as *mut T) })
     }
@@ -98,9 +137,23 @@ impl<T> Registry<T> {
     ///
     /// The reference is valid until the object is removed; as in rdma-core, a program that
     /// destroys an object while another of its threads still uses it is in error.
+    ///
+    /// The thread's last few lookups are remembered until any registry removes anything: a
+    /// program polling one CQ and posting to one QP finds them without the lock (four lookups
+    /// a round trip of `ib_write_lat`).
     pub fn get<'a>(&self, key: *const c_void) -> Option<&'a T> {
-        let o = self.lock().get(&(key as usize)).copied()?;
-        // SAFETY: registered objects are live leaked Boxes until removed.
+        let (me, key) = (self as *const Self as usize, key as usize);
+        let epoch = REMOVALS.load(Ordering::Acquire);
+        let o = match RECENT.with(|r| r.find(me, key, epoch)) {
+            Some(o) => o,
+            None => {
+                let o = self.lock().get(&key).copied()?;
+                RECENT.with(|r| r.remember(me, key, o, epoch));
+                o
+            }
+        };
+        // SAFETY: registered objects are live leaked Boxes until removed; a remembered lookup
+        // is one made since the last removal from any registry.
         Some(unsafe { &*(o as *const T) })
     }
 
@@ -119,5 +172,63 @@ impl<T> Registry<T> {
     /// None registered?
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static THINGS: Registry<u32> = Registry::new();
+
+    fn leak(v: u32) -> *mut u32 {
+        Box::into_raw(Box::new(v))
+    }
+
+    #[test]
+    fn a_remembered_lookup_does_not_outlive_a_removal() {
+        let a = leak(7);
+        THINGS.insert(a.cast(), a);
+        assert_eq!(THINGS.get(a.cast()).copied(), Some(7));
+        assert_eq!(THINGS.get(a.cast()).copied(), Some(7), "the remembered lookup");
+        // Another thread remembers it too.
+        let key = a as usize;
+        std::thread::scope(|s| {
+            s.spawn(|| assert_eq!(THINGS.get(key as *const c_void).copied(), Some(7)));
+        });
+        assert_eq!(THINGS.take(a.cast()).map(|b| *b), Some(7));
+        assert!(THINGS.get(a.cast()).is_none(), "removed: no answer from memory");
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(THINGS.get(key as *const c_void).is_none()));
+        });
+    }
+
+    #[test]
+    fn a_handle_registered_again_names_its_new_object() {
+        let (a, b) = (leak(1), leak(2));
+        let key = 0x1000 as *const c_void;
+        THINGS.insert(key, a);
+        assert_eq!(THINGS.get(key).copied(), Some(1));
+        THINGS.insert(key, b);
+        assert_eq!(THINGS.get(key).copied(), Some(2));
+        assert_eq!(THINGS.take(key).map(|b| *b), Some(2));
+        // SAFETY: `a` was leaked above and is no longer registered.
+        drop(unsafe { Box::from_raw(a) });
+    }
+
+    #[test]
+    fn lookups_past_the_remembered_few_still_answer() {
+        let objs: Vec<*mut u32> = (0..10).map(leak).collect();
+        for &o in &objs {
+            THINGS.insert(o.cast(), o);
+        }
+        for _ in 0..3 {
+            for (i, &o) in objs.iter().enumerate() {
+                assert_eq!(THINGS.get(o.cast()).copied(), Some(i as u32));
+            }
+        }
+        for &o in &objs {
+            assert!(THINGS.take(o.cast()).is_some());
+        }
     }
 }
