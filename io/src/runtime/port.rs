@@ -125,6 +125,8 @@ pub struct Port {
     backend: Box<dyn Backend>,
     dev: Device,
     epoch: StdInstant,
+    /// When the last round began ([`Port::polled_at`]).
+    polled_at: StdInstant,
     wall_epoch: SystemTime,
     pcap: Option<CaptureFile>,
     injector: Option<inject::FaultInjector>,
@@ -271,6 +273,7 @@ impl Port {
             backend,
             dev: Device::new(dc),
             epoch: StdInstant::now(),
+            polled_at: StdInstant::now(),
             wall_epoch: SystemTime::now(),
             pcap,
             injector: cfg.inject.map(inject::FaultInjector::new),
@@ -404,11 +407,18 @@ impl Port {
         r
     }
 
+    /// When the last round ([`Port::poll`]) began: the clock it read, for a caller that needs
+    /// the time too and would otherwise read it again.
+    pub fn polled_at(&self) -> StdInstant {
+        self.polled_at
+    }
+
     /// One round: receive a batch, fire due timers, transmit everything the engine has.
     /// Returns whether anything happened.
     pub fn poll(&mut self) -> std::io::Result<bool> {
         // One clock read per round: the engine's time, the injector's and the capture's.
         let std_now = StdInstant::now();
+        self.polled_at = std_now;
         let since = std_now.saturating_duration_since(self.epoch);
         let now = Instant::from_nanos(since.as_nanos() as u64);
         // The capture's timestamp (wall clock), only when capturing: two timespec sums a round.

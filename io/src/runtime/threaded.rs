@@ -132,10 +132,16 @@ const LINGER_BACKOFF: Duration = Duration::from_millis(1);
 /// 462–529, `ib_write_bw` 661, `ib_write_lat` 90 / 108–120.
 pub const APP_ACTIVE: Duration = Duration::from_micros(100);
 
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
 /// Nanoseconds since the first call (never 0 after it).
 fn clock() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
+    clock_at(Instant::now())
+}
+
+/// [`clock`] at `t` (a time already read: a round's, [`Port::polled_at`]).
+fn clock_at(t: Instant) -> u64 {
+    t.saturating_duration_since(*EPOCH.get_or_init(Instant::now)).as_nanos() as u64 + 1
 }
 
 impl Shared {
@@ -329,12 +335,7 @@ impl Runtime {
     /// poll (a program posting a window of 64 KiB WRITEs spends longer posting than polling):
     /// what the round left, a progress thread takes once that lapses.
     pub fn with<R>(&self, f: impl FnOnce(&mut Device) -> R) -> R {
-        let now = clock();
-        let was_active = self.shared.app_active_at(now);
-        // Active from the call on: a progress thread that took over (a hand-over) keeps off
-        // the lock this call is about to take.
-        self.shared.app_called(now);
-        let r = {
+        let (r, now) = {
             let mut g = self.shared.lock();
             // The peer's requests so far, under the lock: a round that another thread ran has
             // published its count (a mark taken before the lock could miss the request whose
@@ -344,8 +345,11 @@ impl Runtime {
             self.shared.requests_at_post.store(seen, Ordering::Relaxed);
             let r = f(g.port.device());
             self.shared.round(&mut g, None);
-            r
+            // the round's clock: the time of this call
+            (r, clock_at(g.port.polled_at()))
         };
+        let was_active = self.shared.app_active_at(now);
+        self.shared.app_called(now);
         if !was_active {
             // a progress thread asleep on its sockets computed its timeout before this post
             // (the new work's timers): wake it to take the window over
@@ -402,15 +406,18 @@ impl Runtime {
         }
         // Polling, whatever it finds: its next poll of an empty queue runs the round (a program
         // that finds completions at every poll still drains them, and they come from rounds).
-        let now = clock();
-        self.shared.app_called(now);
         let mut n = w.pop_into(out);
+        let mut at = None;
         if n == 0 {
             if let Ok(mut g) = self.shared.inner.try_lock() {
                 self.shared.round(&mut g, None);
+                at = Some(g.port.polled_at());
             }
             n = w.pop_into(out);
         }
+        // The round's clock where it ran one (a poll loop's every call: no second read).
+        let now = at.map_or_else(clock, clock_at);
+        self.shared.app_called(now);
         if n > 0 {
             self.shared.linger(now);
         }
