@@ -111,6 +111,16 @@ pub fn compute_prefetching(l3: &[u8], dst: &[u8]) -> Result<u32, Error> {
             return Ok(c);
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    if l3.len() >= 64 && l3.len() < 256 && clmul::stream_available() {
+        // SAFETY: `stream_available` checked every CPU feature the kernel is compiled for; it
+        // has no other precondition (its accesses are bounds-checked).
+        if let Some(c) = unsafe { clmul::crc_masked_small(l3, l3[0] >> 4 == 6) } {
+            crate::copy::prefetch(dst);
+            return Ok(c);
+        }
+    }
     crate::copy::prefetch(dst);
     compute_narrow(l3)
 }

@@ -503,3 +503,162 @@ pub(crate) unsafe fn copy_icrc_stream(
     }
     Some(reduce_to_crc(lanes_to_128(v), l3.get(i..)?))
 }
+
+/// `x^e mod P` for the CRC-32 polynomial `P = 0x1_04C1_1DB7`, bit `i` the coefficient of `x^i`.
+const fn x_pow_mod_p(e: u32) -> u32 {
+    let mut r: u64 = 1;
+    let mut i = 0;
+    while i < e {
+        r <<= 1;
+        if r >> 32 != 0 {
+            r ^= 0x1_04C1_1DB7;
+        }
+        i += 1;
+    }
+    r as u32
+}
+
+/// A folding constant in the bit-reflected form of the constants above
+/// (`[(x^e mod P) << 32]' << 1`, Gopal et al.): `fold_key(128 + 32)` is `K3`, `fold_key(128 - 32)`
+/// is `K4`, `fold_key(4 * 128 + 32)` is `K1`, `fold_key(64)` is `K5`.
+const fn fold_key(e: u32) -> i64 {
+    ((x_pow_mod_p(e).reverse_bits() as u64) << 1) as i64
+}
+
+/// The keys that fold the four 16-byte blocks of a 64-byte chunk straight onto the last block
+/// of a message, for a chunk `q` chunks before the last one: lane `l` is block `4q + 3 - l`
+/// blocks from the end, multiplied (low half, high half) by `x^(128 d ± 32)`. The last block
+/// itself (`q = 0`, lane 3) is not multiplied: its keys are 0 and it is added as it is.
+const SMALL_KEYS: [[i64; 8]; 4] = {
+    let mut t = [[0i64; 8]; 4];
+    let mut q = 0;
+    while q < 4 {
+        let mut l = 0;
+        while l < 4 {
+            let d = 4 * q as u32 + 3 - l as u32;
+            if d > 0 {
+                t[q][2 * l] = fold_key(128 * d + 32);
+                t[q][2 * l + 1] = fold_key(128 * d - 32);
+            }
+            l += 1;
+        }
+        q += 1;
+    }
+    t
+};
+
+/// The ICRC's prefix rule for [`crc_masked_small`], as the bytes of the first 64 that are read
+/// as zero (bit `b` for byte `b`) and a 64-byte pattern XOR-ed in afterwards, 64 zero bytes on
+/// either side so that it can be loaded shifted. A variant field is zeroed and then set to ones
+/// by the pattern, which is `field | ones`; the pattern's first four bytes also carry the
+/// LRH stand-in's CRC (`!LRH_CRC`, as [`crc_masked`] XORs in `!init`). IPv6's first byte is
+/// version 6 and a traffic-class nibble set to ones: `0x6f` whole (the caller has checked the
+/// version).
+struct SmallPrefix {
+    zero: u64,
+    pattern: [u8; 192],
+}
+
+const fn small_prefix(masks: &[u128; 4], v6: bool) -> SmallPrefix {
+    let mut zero = 0u64;
+    let mut pattern = [0u8; 192];
+    let mut b = 0;
+    while b < 64 {
+        let m = (masks[b / 16] >> (8 * (b % 16))) as u8;
+        if m != 0 {
+            zero |= 1 << b;
+            pattern[64 + b] = if v6 && b == 0 { 0x6f } else { 0xff };
+        }
+        b += 1;
+    }
+    let init = (!super::LRH_CRC).to_le_bytes();
+    let mut i = 0;
+    while i < 4 {
+        pattern[64 + i] ^= init[i];
+        i += 1;
+    }
+    SmallPrefix { zero, pattern }
+}
+
+static SMALL_V4: SmallPrefix = small_prefix(&super::MASK_V4, false);
+static SMALL_V6: SmallPrefix = small_prefix(&super::MASK_V6, true);
+
+/// The ICRC (from the LRH stand-in on) of a packet of 64 to 255 bytes whose first 64 hold the
+/// whole masked prefix, without a serial fold chain: the packet is read as if `pad` zero bytes
+/// came first (`pad` makes the length a multiple of 64; leading zeros leave a CRC's register
+/// as it is), so every 16-byte block sits a fixed number of blocks before the last, and each
+/// is multiplied onto the last at once by its own key ([`SMALL_KEYS`]). One to four 64-byte
+/// loads, two `VPCLMULQDQ` each, a XOR tree and one reduction, where [`crc_masked`] folds up to
+/// 15 blocks one after another. `None` outside 64..256 bytes.
+#[target_feature(
+    enable = "pclmulqdq",
+    enable = "sse2",
+    enable = "sse4.1",
+    enable = "ssse3",
+    enable = "avx",
+    enable = "avx2",
+    enable = "avx512f",
+    enable = "avx512bw",
+    enable = "vpclmulqdq"
+)]
+pub(crate) unsafe fn crc_masked_small(data: &[u8], v6: bool) -> Option<u32> {
+    let n = data.len();
+    if !(64..256).contains(&n) {
+        return None;
+    }
+    let pre = if v6 { &SMALL_V6 } else { &SMALL_V4 };
+    let chunks = n.div_ceil(64);
+    let pad = 64 * chunks - n; // 0..=63
+    let tail = data.get(n - 64 * (chunks - 1)..)?; // chunks 1.. of the padded packet, whole
+    let load = |i: usize| -> Option<arch::__m512i> {
+        let s = tail.get(64 * i..)?.first_chunk::<64>()?;
+        // SAFETY: `s` is exactly 64 readable bytes; `loadu` has no alignment requirement.
+        Some(unsafe { arch::_mm512_loadu_si512(s.as_ptr().cast()) })
+    };
+    let pattern = |at: usize| -> Option<arch::__m512i> {
+        let s = pre.pattern.get(at..)?.first_chunk::<64>()?;
+        // SAFETY: 64 readable bytes.
+        Some(unsafe { arch::_mm512_loadu_si512(s.as_ptr().cast()) })
+    };
+    // Chunk 0: `pad` zeros, then data[..64 - pad] with the variant bytes zeroed.
+    let lanes0 = !pre.zero << pad;
+    // SAFETY: the lanes selected by `lanes0` are `pad..64`, which read
+    // `data.as_ptr() - pad + lane`, i.e. exactly `data[0 .. 64 - pad]` (64 <= n). Masked-off
+    // lanes are not accessed: the pointer is formed with wrapping arithmetic and never
+    // dereferenced outside the selected lanes.
+    let mut c0 = unsafe { arch::_mm512_maskz_loadu_epi8(lanes0, data.as_ptr().wrapping_sub(pad).cast()) };
+    c0 = arch::_mm512_xor_si512(c0, pattern(64 - pad)?);
+    let keys = |q: usize| -> arch::__m512i {
+        // SAFETY: `SMALL_KEYS[q]` is 64 readable bytes.
+        unsafe { arch::_mm512_loadu_si512(SMALL_KEYS[q & 3].as_ptr().cast()) }
+    };
+    let mul = |v: arch::__m512i, q: usize| -> arch::__m512i {
+        let k = keys(q);
+        arch::_mm512_xor_si512(arch::_mm512_clmulepi64_epi128(v, k, 0x00), arch::_mm512_clmulepi64_epi128(v, k, 0x11))
+    };
+    let last_lane = |v: arch::__m512i| arch::_mm512_maskz_mov_epi64(0xc0, v);
+    let acc = if chunks == 1 {
+        arch::_mm512_xor_si512(mul(c0, 0), last_lane(c0))
+    } else {
+        // Chunk 1 holds data[64 - pad .. 128 - pad]: its first `pad` bytes may be variant
+        // bytes of the prefix (which ends before byte 64).
+        let mut c1 = load(0)?;
+        if pad > 0 {
+            let keep = !(pre.zero >> (64 - pad));
+            c1 = arch::_mm512_maskz_mov_epi8(keep, c1);
+            c1 = arch::_mm512_xor_si512(c1, pattern(128 - pad)?);
+        }
+        let mut acc = mul(c0, chunks - 1);
+        let mut q = chunks - 1;
+        let mut last = c1;
+        for i in 1..chunks - 1 {
+            q -= 1;
+            acc = arch::_mm512_xor_si512(acc, mul(last, q));
+            last = load(i)?;
+        }
+        arch::_mm512_ternarylogic_epi64(acc, mul(last, 0), last_lane(last), 0x96)
+    };
+    let y = arch::_mm256_xor_si256(arch::_mm512_castsi512_si256(acc), arch::_mm512_extracti64x4_epi64(acc, 1));
+    let x = arch::_mm_xor_si128(arch::_mm256_castsi256_si128(y), arch::_mm256_extracti128_si256(y, 1));
+    Some(reduce_to_crc(x, &[]))
+}
