@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(g.ip.src_addr(), IpAddr::V4(b.src));
         assert_eq!(g.ip.dst_addr(), IpAddr::V4(b.dst));
         assert_eq!(g.roce.bth, b.bth);
-        assert_eq!(g.roce.ext, ExtHeaders::default());
+        assert_eq!(g.roce.ext, ExtHeaders { reth: b.reth, ..ExtHeaders::default() });
         assert_eq!(g.payload(), b.payload);
         assert_eq!(g.check_icrc(), b.check_icrc_prefetching(&[]));
     }

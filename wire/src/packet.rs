@@ -328,9 +328,9 @@ fn common_ipv4_prefix(frame: &[u8]) -> Option<(&[u8; 42], usize)> {
     Some((h, total))
 }
 
-/// A RoCEv2 packet with nothing between its BTH and its payload, as a receive fast path wants
-/// it: the addresses, the BTH, the packet and the payload, without the reprs of a
-/// [`ParsedFrame`]. [`parse_bare_ipv4`] returns one.
+/// A RoCEv2 packet with nothing between its BTH and its payload but, at most, a RETH, as a
+/// receive fast path wants it: the addresses, the BTH, the RETH, the packet and the payload,
+/// without the reprs of a [`ParsedFrame`]. [`parse_bare_ipv4`] returns one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BareFrame<'a> {
     /// Ethernet source address.
@@ -343,6 +343,8 @@ pub struct BareFrame<'a> {
     pub dst: core::net::Ipv4Addr,
     /// The BTH.
     pub bth: BthRepr,
+    /// The RETH, for the opcodes that carry one (RDMA WRITE FIRST and ONLY).
+    pub reth: Option<crate::ext::RethRepr>,
     /// The payload (pad excluded).
     pub payload: &'a [u8],
     /// The IP packet, IP header to ICRC (its four bytes included).
@@ -366,10 +368,10 @@ impl BareFrame<'_> {
 
 /// [`parse_frame`] for the packets a receiver handles most, reduced to what it acts on: an
 /// untagged IPv4 frame (the checks of [`parse_frame`]'s common path) whose opcode carries a
-/// payload and no extension header (SEND and RDMA WRITE MIDDLE and LAST, SEND ONLY, READ
-/// response MIDDLE, ...). `None` for anything else, including every frame [`parse_frame`]
-/// refuses; when it returns a frame, [`parse_frame`] returns the same fields (a property test
-/// holds the two to that).
+/// payload and either no extension header (SEND and RDMA WRITE MIDDLE and LAST, SEND ONLY, READ
+/// response MIDDLE, ...) or a RETH alone (RDMA WRITE FIRST and ONLY). `None` for anything else,
+/// including every frame [`parse_frame`] refuses; when it returns a frame, [`parse_frame`]
+/// returns the same fields (a property test holds the two to that).
 #[inline]
 pub fn parse_bare_ipv4(frame: &[u8]) -> Option<BareFrame<'_>> {
     const L3: usize = crate::ethernet::HEADER_LEN;
@@ -379,11 +381,21 @@ pub fn parse_bare_ipv4(frame: &[u8]) -> Option<BareFrame<'_>> {
     let b = l3.get(BTH - L3..)?;
     let bth = BthRepr::parse(&BthHeader::new_checked(b).ok()?, BTH).ok()?;
     let info = bth.opcode.info()?;
-    if !info.headers.is_empty() || !info.has_payload {
+    let reth = crate::opcode::Headers::NONE.with(crate::opcode::HeaderKind::Reth);
+    if !(info.headers.is_empty() || info.headers == reth) || !info.has_payload {
         return None;
     }
-    let rest = b.len().checked_sub(crate::bth::HEADER_LEN + ICRC_LEN)?;
-    let n = payload_len(info, bth.pad_count, rest, BTH + crate::bth::HEADER_LEN).ok()?;
+    let hl = info.header_len;
+    let rest = b.len().checked_sub(hl + ICRC_LEN)?;
+    let n = payload_len(info, bth.pad_count, rest, BTH + hl).ok()?;
+    let reth = (hl > crate::bth::HEADER_LEN).then(|| {
+        let r = &b[crate::bth::HEADER_LEN..hl];
+        crate::ext::RethRepr {
+            va: u64::from_be_bytes([r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]]),
+            rkey: u32::from_be_bytes([r[8], r[9], r[10], r[11]]),
+            dma_len: u32::from_be_bytes([r[12], r[13], r[14], r[15]]),
+        }
+    });
     let ip = &h[L3..L3 + 20];
     let mac = &h[6..12];
     Some(BareFrame {
@@ -392,7 +404,8 @@ pub fn parse_bare_ipv4(frame: &[u8]) -> Option<BareFrame<'_>> {
         src: core::net::Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
         dst: core::net::Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
         bth,
-        payload: b.get(crate::bth::HEADER_LEN..crate::bth::HEADER_LEN + n)?,
+        reth,
+        payload: b.get(hl..hl + n)?,
         l3,
     })
 }
@@ -717,8 +730,9 @@ mod tests {
         buf
     }
 
-    const OPS: [Opcode; 6] = [
+    const OPS: [Opcode; 7] = [
         Opcode::RC_RDMA_WRITE_MIDDLE,
+        Opcode::RC_RDMA_WRITE_ONLY,
         Opcode::RC_RDMA_WRITE_FIRST,
         Opcode::RC_SEND_ONLY,
         Opcode::RC_ACKNOWLEDGE,
@@ -727,24 +741,27 @@ mod tests {
     ];
 
     /// A bare frame says what the general parser says of the same bytes: addresses, BTH,
-    /// payload, no extension header, and the same ICRC verdict.
+    /// payload, no extension header but the RETH, and the same ICRC verdict.
     fn same_bare(b: &BareFrame<'_>, g: &ParsedFrame<'_>) -> bool {
         g.eth.is_some_and(|e| e.vlan.is_none())
             && g.ip.src_addr() == core::net::IpAddr::V4(b.src)
             && g.ip.dst_addr() == core::net::IpAddr::V4(b.dst)
             && g.roce.bth == b.bth
-            && g.roce.ext == ExtHeaders::default()
+            && g.roce.ext == ExtHeaders { reth: b.reth, ..ExtHeaders::default() }
             && g.payload() == b.payload
             && b.check_icrc_prefetching(&[]) == g.check_icrc()
     }
 
     #[test]
-    fn bare_path_takes_payload_packets_without_extension_headers() {
+    fn bare_path_takes_payload_packets_without_extension_headers_but_a_reth() {
         let bare = |op: Opcode, len: usize| parse_bare_ipv4(&frame(7, len, op)).is_some();
         assert!(bare(Opcode::RC_RDMA_WRITE_MIDDLE, 256));
         assert!(bare(Opcode::RC_RDMA_WRITE_LAST, 5));
         assert!(bare(Opcode::RC_SEND_ONLY, 0));
-        assert!(!bare(Opcode::RC_RDMA_WRITE_FIRST, 256)); // RETH
+        assert!(bare(Opcode::RC_RDMA_WRITE_FIRST, 256)); // RETH
+        assert!(bare(Opcode::RC_RDMA_WRITE_ONLY, 64));
+        assert!(!bare(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 64)); // RETH + ImmDt
+        assert!(!bare(Opcode::RC_RDMA_READ_REQUEST, 0)); // RETH, no payload
         assert!(!bare(Opcode::RC_SEND_LAST_WITH_IMMEDIATE, 8)); // ImmDt
         assert!(!bare(Opcode::RC_ACKNOWLEDGE, 0)); // AETH, no payload
         let f = frame(7, 256, Opcode::RC_RDMA_WRITE_MIDDLE);
@@ -752,6 +769,12 @@ mod tests {
         assert!(same_bare(&b, &g));
         assert_eq!(b.payload.len(), 256);
         assert!(b.check_icrc_prefetching(&[]).is_ok());
+        assert_eq!(b.reth, None);
+        let f = frame(7, 64, Opcode::RC_RDMA_WRITE_ONLY);
+        let (b, g) = (parse_bare_ipv4(&f).unwrap(), parse_frame(&f).unwrap());
+        assert!(same_bare(&b, &g));
+        assert!(b.reth.is_some() && b.reth == g.roce.ext.reth);
+        assert_eq!(b.payload.len(), 64);
         let mut bad = f.clone();
         bad[100] ^= 1;
         assert!(parse_bare_ipv4(&bad).unwrap().check_icrc_prefetching(&[]).is_err());

@@ -50,7 +50,7 @@ impl Device {
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), RxDrop> {
         if self.cfg.rx_fast_path {
             if let Some(b) = parse_bare_ipv4(frame) {
-                if self.fast_write_middle(&b) {
+                if self.fast_write(&b) {
                     return Ok(());
                 }
             }
@@ -81,16 +81,18 @@ impl Device {
         }
     }
 
-    /// The receive fast path ("header prediction", as TCP's): an RDMA WRITE MIDDLE packet, the
-    /// bulk of a large transfer, at the expected PSN of a WRITE in progress on a receiving RC
-    /// QP, from the QP's peer to its address, with the default P_Key and a right ICRC. It is
-    /// placed with exactly the effects the general path (`deliver` → `handle_request` →
-    /// `exec_write`) would have, without building a [`ParsedFrame`]; `false`, with no effect at
-    /// all, for anything else, which the general path then handles (drops and NAKs included).
-    /// `tests/rx_fast_path.rs` holds the two paths to the same results on mutated traffic.
-    fn fast_write_middle(&mut self, b: &BareFrame<'_>) -> bool {
+    /// The receive fast path ("header prediction", as TCP's): an RDMA WRITE packet without
+    /// immediate data (FIRST, MIDDLE, LAST or ONLY: the bulk of a large transfer, and every
+    /// small WRITE), at the expected PSN of a receiving RC QP, from the QP's peer to its
+    /// address, with the default P_Key and a right ICRC. It is placed with exactly the effects
+    /// the general path (`deliver` → `handle_request` → `exec_write`) would have, without
+    /// building a [`ParsedFrame`]; `false`, with no effect at all, for anything else, which the
+    /// general path then handles (drops and NAKs included). `tests/rx_fast_path.rs` holds the
+    /// two paths to the same results on mutated traffic.
+    fn fast_write(&mut self, b: &BareFrame<'_>) -> bool {
         // A CE-marked frame goes the general way, where the notification point sees it.
-        if b.bth.opcode != Opcode::RC_RDMA_WRITE_MIDDLE || !pkey_matches(b.bth.pkey) || b.ecn() == Ecn::Ce {
+        let rc = b.bth.opcode.info().is_some_and(|i| i.transport == Transport::Rc);
+        if !rc || !pkey_matches(b.bth.pkey) || b.ecn() == Ecn::Ce {
             return false;
         }
         let Device { cfg, qps, mrs, counters, ready, .. } = self;
@@ -105,8 +107,12 @@ impl Device {
         if qp.template.as_ref().is_none_or(|t| t.check_peer(&cfg.guards, &from, false).is_err()) {
             return false;
         }
-        if !qp.place_write_middle(mrs, counters, b, cfg.check_icrc) {
+        if !qp.place_write(mrs, counters, b, cfg.check_icrc) {
             return false;
+        }
+        // The frame made progress (the next PSN): it teaches the peer's port, as in `deliver`.
+        if let Some(t) = qp.template.as_mut() {
+            t.heard(b.src_port);
         }
         super::schedule::mark_ready(ready, qp);
         counters.rcvd_pkts += 1;

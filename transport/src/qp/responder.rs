@@ -135,6 +135,15 @@ impl Responder {
         self.msg = InMsg::Write { rkey, va: va + n as u64, resid: resid - n, total };
     }
 
+    /// The last packet of a WRITE was placed: the next PSN, no message in progress, and the
+    /// message counted (C9-148: the MSN counts each message the responder completes).
+    #[inline]
+    fn write_ends(&mut self) {
+        self.epsn = self.epsn.add(1);
+        self.msg = InMsg::None;
+        self.msn = self.msn.add(1);
+    }
+
     fn push_ack(&mut self, psn: Psn, msn: Msn, deferred: &mut u64) {
         // Coalesce: ACKs are cumulative, so of two ACKs waiting at the tail only the one with
         // the later PSN needs to go out.
@@ -194,6 +203,13 @@ fn sequence_ok(msg: &InMsg, cls: Class, pos: Position) -> bool {
         (true, false) => matches!((msg, cls), (InMsg::Send { .. }, Class::Send) | (InMsg::Write { .. }, Class::Write)),
         _ => false,
     }
+}
+
+/// A RETH's DMA length is at most the largest message (rxe `check_length`: `mtu`-independent
+/// limit of 2^31 bytes, as `ibv_query_device`'s `max_msg_sz`).
+#[inline]
+fn dma_len_ok(reth: &RethRepr) -> bool {
+    reth.dma_len as u64 <= super::MAX_MSG_SIZE
 }
 
 /// 3. check_op_valid: what the QP allows (rxe: ERR_UNSUPPORTED_OPCODE → invalid request).
@@ -457,10 +473,8 @@ impl Qp {
         if info.has_payload && !payload_len_ok(pos, payload.len(), mtu) {
             return Err(RespError::InvalidRequest);
         }
-        if let Some(reth) = p.roce.ext.reth {
-            if reth.dma_len as u64 > super::MAX_MSG_SIZE {
-                return Err(RespError::InvalidRequest);
-            }
+        if p.roce.ext.reth.is_some_and(|r| !dma_len_ok(&r)) {
+            return Err(RespError::InvalidRequest);
         }
 
         if cls != Class::Write && *icrc == Icrc::Pending {
@@ -631,9 +645,7 @@ impl Qp {
             uroce_wire::copy::bulk_copy(d, payload);
         }
         if pos.is_end() {
-            self.resp.epsn = self.resp.epsn.add(1);
-            self.resp.msg = InMsg::None;
-            self.resp.msn = self.resp.msn.add(1);
+            self.resp.write_ends();
             if needs_wqe {
                 let wqe = self.take_recv_wqe(ctx).expect("checked above");
                 let imm = p.roce.ext.immdt.unwrap_or(0);
@@ -656,14 +668,16 @@ impl Qp {
     }
 
     /// The responder's share of the receive fast path ([`crate::Device`]'s `handle_frame`): an
-    /// RDMA WRITE MIDDLE packet `b` (opcode, P_Key and addresses already checked) is placed if,
-    /// and only if, every check `handle_request` → `execute_request` → `exec_write` makes
-    /// passes — receiving state, the expected PSN, a WRITE in progress (C9-87), REMOTE_WRITE
-    /// allowed on the QP, a full path-MTU payload (C9-92) within what the RETH announced, the
-    /// region's R_Key, PD, access and bounds (C9-88) — and its ICRC is right; then with the
-    /// same effects (copy, next PSN and address, the ACK if asked for, the NAK latch cleared).
-    /// `false`: nothing changed.
-    pub(crate) fn place_write_middle(
+    /// RDMA WRITE FIRST, MIDDLE, LAST or ONLY packet `b` without immediate data (opcode, P_Key
+    /// and addresses already checked) is placed if, and only if, every check `handle_request`
+    /// → `execute_request` → `exec_write` makes passes — receiving state, the expected PSN, the
+    /// packet's place in the message sequence (C9-87), REMOTE_WRITE allowed on the QP, the
+    /// payload length for its position (C9-92) within what the RETH announced (at most
+    /// [`super::MAX_MSG_SIZE`]), the region's R_Key, PD, access and bounds (C9-88, for a FIRST
+    /// packet over the whole message) — and its ICRC is right; then with the same effects (copy,
+    /// next PSN and address or the message's end, the ACK if asked for, the NAK latch cleared).
+    /// Zero-length packets go the general way. `false`: nothing changed.
+    pub(crate) fn place_write(
         &mut self,
         mrs: &mut crate::mr::MrTable,
         counters: &mut crate::counters::Counters,
@@ -674,13 +688,30 @@ impl Qp {
         if !receives(self.state) || b.bth.psn != self.resp.epsn {
             return false;
         }
-        let (cls, pos, op) = (Class::Write, Position::Middle, Operation::Write);
-        if !sequence_ok(&self.resp.msg, cls, pos) || !op_allowed(&self.attr, op) {
+        let Some(info) = b.bth.opcode.info() else { return false };
+        let (cls, pos, op) = (Class::Write, info.position, info.operation);
+        if op != Operation::Write || !sequence_ok(&self.resp.msg, cls, pos) || !op_allowed(&self.attr, op) {
             return false;
         }
-        let InMsg::Write { rkey, va, resid, total } = self.resp.msg else { return false };
         let n = b.payload.len();
-        if !payload_len_ok(pos, n, self.mtu()) || !write_fits(n, resid, pos.is_end()) {
+        if n == 0 || !payload_len_ok(pos, n, self.mtu()) {
+            return false;
+        }
+        let (rkey, va, resid, total) = match (self.resp.msg, b.reth) {
+            (InMsg::Write { rkey, va, resid, total }, None) => (rkey, va, resid, total),
+            (InMsg::None, Some(reth)) if dma_len_ok(&reth) => {
+                // A FIRST packet's RETH opens the whole message to the region's checks; an ONLY
+                // packet's range is the one checked below.
+                if pos != Position::Only
+                    && mrs.check(reth.rkey, self.pd, reth.va, reth.dma_len as u64, AccessFlags::REMOTE_WRITE).is_err()
+                {
+                    return false;
+                }
+                (reth.rkey, reth.va, reth.dma_len, reth.dma_len)
+            }
+            _ => return false,
+        };
+        if !write_fits(n, resid, pos.is_end()) {
             return false;
         }
         let Ok(dst) = mrs.slice_mut(rkey, self.pd, va, n, AccessFlags::REMOTE_WRITE) else { return false };
@@ -688,7 +719,11 @@ impl Qp {
             return false;
         }
         uroce_wire::copy::bulk_copy(dst, b.payload);
-        self.resp.write_continues(rkey, va, resid, total, n as u32);
+        if pos.is_end() {
+            self.resp.write_ends();
+        } else {
+            self.resp.write_continues(rkey, va, resid, total, n as u32);
+        }
         self.resp.ack_if_requested(b.bth.ack_req, b.bth.psn, &mut counters.ack_deferred);
         self.resp.nak_latched = false;
         true
