@@ -24,6 +24,7 @@ pub mod path;
 pub mod qp;
 pub mod rdmacm;
 pub mod sim;
+pub mod slab;
 pub mod time;
 pub mod timer;
 pub mod verbs;

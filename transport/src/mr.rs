@@ -181,10 +181,11 @@ pub enum AccessError {
     OutOfBounds,
 }
 
-/// All regions of a device, by key.
+/// All regions of a device, by key (a [`KeyedSlab`](crate::slab::KeyedSlab): a run of packets
+/// through one region skips the hash lookup).
 #[derive(Debug, Default)]
 pub struct MrTable {
-    by_key: U32Map<MemoryRegion>,
+    by_key: crate::slab::KeyedSlab<MemoryRegion>,
 }
 
 impl MrTable {
@@ -198,7 +199,7 @@ impl MrTable {
         access: AccessFlags,
         next_key: &mut dyn FnMut() -> u32,
     ) -> Option<(u32, u64)> {
-        let key = (0..8).map(|_| next_key()).find(|k| *k != 0 && !self.by_key.contains_key(k))?;
+        let key = (0..8).map(|_| next_key()).find(|k| *k != 0 && !self.by_key.contains_key(*k))?;
         let addr = iova.unwrap_or(memory.bytes().as_ptr() as u64);
         self.by_key.insert(key, MemoryRegion { lkey: key, rkey: key, addr, access, pd, memory });
         Some((key, addr))
@@ -207,24 +208,24 @@ impl MrTable {
     /// Give the region under `key` new memory (at `iova`, or the memory's own address), keeping
     /// its key; the old memory comes back. `None`: no such key.
     pub fn retranslate(&mut self, key: u32, memory: MrMemory, iova: Option<u64>) -> Option<MrMemory> {
-        let mr = self.by_key.get_mut(&key)?;
+        let mr = self.by_key.get_mut(key)?;
         mr.addr = iova.unwrap_or(memory.bytes().as_ptr() as u64);
         Some(core::mem::replace(&mut mr.memory, memory))
     }
 
     /// Remove a region and hand its memory back.
     pub fn remove(&mut self, key: u32) -> Option<MrMemory> {
-        self.by_key.remove(&key).map(|m| m.memory)
+        self.by_key.remove(key).map(|m| m.memory)
     }
 
     /// Look up by key.
     pub fn get(&self, key: u32) -> Option<&MemoryRegion> {
-        self.by_key.get(&key)
+        self.by_key.get(key)
     }
 
     /// Look up by key, writable.
     pub fn get_mut(&mut self, key: u32) -> Option<&mut MemoryRegion> {
-        self.by_key.get_mut(&key)
+        self.by_key.get_mut(key)
     }
 
     /// Number of regions in `pd`.
@@ -235,7 +236,7 @@ impl MrTable {
     /// Check an access of `len` bytes at `va` through `key` from `pd` needing `need`; returns
     /// the offset in the region. A zero `need` skips the permission check (local reads).
     pub fn check(&self, key: u32, pd: PdHandle, va: u64, len: u64, need: AccessFlags) -> Result<usize, AccessError> {
-        let mr = self.by_key.get(&key).ok_or(AccessError::NoSuchKey)?;
+        let mr = self.by_key.get(key).ok_or(AccessError::NoSuchKey)?;
         Self::check_mr(mr, pd, va, len, need)
     }
 
@@ -251,7 +252,7 @@ impl MrTable {
 
     /// [`MrTable::check`], then the checked bytes themselves (one lookup).
     pub fn slice(&self, key: u32, pd: PdHandle, va: u64, len: usize, need: AccessFlags) -> Result<&[u8], AccessError> {
-        let mr = self.by_key.get(&key).ok_or(AccessError::NoSuchKey)?;
+        let mr = self.by_key.get(key).ok_or(AccessError::NoSuchKey)?;
         let off = Self::check_mr(mr, pd, va, len as u64, need)?;
         Ok(&mr.as_slice()[off..off + len])
     }
@@ -265,7 +266,7 @@ impl MrTable {
         len: usize,
         need: AccessFlags,
     ) -> Result<&mut [u8], AccessError> {
-        let mr = self.by_key.get_mut(&key).ok_or(AccessError::NoSuchKey)?;
+        let mr = self.by_key.get_mut(key).ok_or(AccessError::NoSuchKey)?;
         let off = Self::check_mr(mr, pd, va, len as u64, need)?;
         Ok(&mut mr.as_mut_slice()[off..off + len])
     }
