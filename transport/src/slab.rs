@@ -1,14 +1,16 @@
 //! Values named by sparse 32-bit keys (QPNs, memory keys): a slab of values, a compact
-//! `key → slot` index, and the last lookup remembered.
+//! `key → slot` index, and the recent lookups remembered.
 //!
 //! Every frame and every verb names a QP and a memory region by key. With thousands of them
 //! their states do not fit in the cache, and a hash map holding the states inline costs two
 //! misses per lookup (its control bytes, then the key inside a large entry) before the state's
-//! own. Here the index holds only `key → slot` (8-byte entries: 10,000 keys in ~150 KiB, which
-//! stay cached) and the values live in a slab. A run of calls naming the same key (one QP's
-//! frames, one region's packets) skips the hash lookup altogether: the slot of the last key
-//! looked up is kept, and used when the slot still holds that key (a slot records its key, so
-//! a removed or reused slot can never answer for another key).
+//! own. Here the index holds only `key → slot` (8-byte entries: 10,000 keys in ~150 KiB) and
+//! the values live in a slab. In front of the index, a small direct-mapped table of recent
+//! lookups (2 KiB, [`RECENT`] entries: it stays in the L1 cache where the index, with thousands
+//! of QP states streaming past it, does not) answers for the keys in use now — one QP's run of
+//! frames, the QPs with messages in flight, one region's packets. An entry is used only when
+//! its slot still holds its key (a slot records its key), so a removed or reused slot can
+//! never answer for another key.
 
 use crate::mr::U32Map;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,14 +21,29 @@ pub struct KeyedSlab<T> {
     index: U32Map<u32>,
     slots: Vec<Option<(u32, T)>>,
     free: Vec<u32>,
-    /// The last key looked up (low half) and its slot (high half). Relaxed atomics: a hint
-    /// that lookups through `&self` may update, verified against the slot before use.
-    last: AtomicU64,
+    /// Recent lookups, by a hash of the key: the key (low half) and its slot (high half).
+    /// Relaxed atomics: hints that lookups through `&self` may update, verified against the
+    /// slot before use.
+    recent: Box<[AtomicU64; RECENT]>,
+}
+
+/// Entries in a [`KeyedSlab`]'s table of recent lookups.
+pub const RECENT: usize = 256;
+
+/// The recent-lookup entry of `key` (Fibonacci hashing: keys from an RNG or a counter spread).
+#[inline]
+fn recent_of(key: u32) -> usize {
+    (key.wrapping_mul(0x9e37_79b1) >> 24) as usize % RECENT
 }
 
 impl<T> Default for KeyedSlab<T> {
     fn default() -> Self {
-        KeyedSlab { index: U32Map::default(), slots: Vec::new(), free: Vec::new(), last: AtomicU64::new(u64::MAX) }
+        KeyedSlab {
+            index: U32Map::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            recent: Box::new([const { AtomicU64::new(u64::MAX) }; RECENT]),
+        }
     }
 }
 
@@ -47,15 +64,16 @@ impl<T> KeyedSlab<T> {
     /// The slot holding `key`: the remembered one if it still holds it, else the index's.
     #[inline]
     fn slot_of(&self, key: u32) -> Option<usize> {
-        let last = self.last.load(Ordering::Relaxed);
-        if last as u32 == key {
-            let s = (last >> 32) as usize;
+        let r = &self.recent[recent_of(key)];
+        let e = r.load(Ordering::Relaxed);
+        if e as u32 == key {
+            let s = (e >> 32) as usize;
             if matches!(self.slots.get(s), Some(Some((k, _))) if *k == key) {
                 return Some(s);
             }
         }
         let s = *self.index.get(&key)?;
-        self.last.store(key as u64 | (s as u64) << 32, Ordering::Relaxed);
+        r.store(key as u64 | (s as u64) << 32, Ordering::Relaxed);
         Some(s as usize)
     }
 
@@ -111,10 +129,13 @@ mod tests {
         /// Against a `HashMap` model, whatever the order of inserts, removals and lookups:
         /// the remembered slot never answers for a key it no longer holds.
         #[test]
-        fn behaves_as_a_map(ops in proptest::collection::vec((0u8..4, 0u32..6, any::<u16>()), 0..200)) {
+        fn behaves_as_a_map(ops in proptest::collection::vec((0u8..4, 0u32..6, any::<u16>()), 0..200), spread in any::<bool>()) {
+            let shared: Vec<u32> = (0..).filter(|&k| recent_of(k) == recent_of(0)).take(6).collect();
             let mut s = KeyedSlab::default();
             let mut m = HashMap::new();
             for (op, k, v) in ops {
+                // Keys 0..6, or six keys that share one recent-lookup entry.
+                let k = if spread { k } else { shared[k as usize] };
                 match op {
                     0 => prop_assert_eq!(s.insert(k, v), m.insert(k, v)),
                     1 => prop_assert_eq!(s.remove(k), m.remove(&k)),

@@ -50,7 +50,7 @@ impl Device {
     pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), RxDrop> {
         if self.cfg.rx_fast_path {
             if let Some(b) = parse_bare_ipv4(frame) {
-                if self.fast_write(&b) {
+                if self.fast_write(now, &b) {
                     return Ok(());
                 }
             }
@@ -89,35 +89,40 @@ impl Device {
     /// building a [`ParsedFrame`]; `false`, with no effect at all, for anything else, which the
     /// general path then handles (drops and NAKs included). `tests/rx_fast_path.rs` holds the
     /// two paths to the same results on mutated traffic.
-    fn fast_write(&mut self, b: &BareFrame<'_>) -> bool {
+    fn fast_write(&mut self, now: Instant, b: &BareFrame<'_>) -> bool {
         // A CE-marked frame goes the general way, where the notification point sees it.
         let rc = b.bth.opcode.info().is_some_and(|i| i.transport == Transport::Rc);
         if !rc || !pkey_matches(b.bth.pkey) || b.ecn() == Ecn::Ce {
             return false;
         }
-        let Device { cfg, qps, mrs, counters, ready, .. } = self;
-        let Some(qp) = qps.get_mut(&b.bth.dest_qp.value()) else { return false };
-        if !transport_fits(qp.qp_type, Transport::Rc) {
+        let placed = self.lend_qp(b.bth.dest_qp.value(), now, |qp, ctx, ready| {
+            if !transport_fits(qp.qp_type, Transport::Rc) {
+                return false;
+            }
+            // From the QP's peer along its path; its local address is one of the GID table's,
+            // so `deliver`'s destination check holds too.
+            let from =
+                FrameSource { src: IpAddr::V4(b.src), dst: IpAddr::V4(b.dst), mac: Some(b.src_mac), sport: b.src_port };
+            if qp.template.as_ref().is_none_or(|t| t.check_peer(&ctx.cfg.guards, &from, false).is_err()) {
+                return false;
+            }
+            if !qp.place_write(ctx.mrs, ctx.counters, b, ctx.cfg.check_icrc) {
+                return false;
+            }
+            // The frame made progress (the next PSN): it teaches the peer's port, as in
+            // `deliver`.
+            if let Some(t) = qp.template.as_mut() {
+                t.heard(b.src_port);
+            }
+            super::schedule::mark_ready(ready, qp);
+            true
+        });
+        if placed != Some(true) {
             return false;
         }
-        // From the QP's peer along its path; its local address is one of the GID table's, so
-        // `deliver`'s destination check holds too.
-        let from =
-            FrameSource { src: IpAddr::V4(b.src), dst: IpAddr::V4(b.dst), mac: Some(b.src_mac), sport: b.src_port };
-        if qp.template.as_ref().is_none_or(|t| t.check_peer(&cfg.guards, &from, false).is_err()) {
-            return false;
-        }
-        if !qp.place_write(mrs, counters, b, cfg.check_icrc) {
-            return false;
-        }
-        // The frame made progress (the next PSN): it teaches the peer's port, as in `deliver`.
-        if let Some(t) = qp.template.as_mut() {
-            t.heard(b.src_port);
-        }
-        super::schedule::mark_ready(ready, qp);
-        counters.rcvd_pkts += 1;
-        counters.rcvd_in_seq_requests += 1;
-        counters.rx_fast_path_pkts += 1;
+        self.counters.rcvd_pkts += 1;
+        self.counters.rcvd_in_seq_requests += 1;
+        self.counters.rx_fast_path_pkts += 1;
         true
     }
 
