@@ -590,6 +590,11 @@ static SMALL_V6: SmallPrefix = small_prefix(&super::MASK_V6, true);
 /// is multiplied onto the last at once by its own key ([`SMALL_KEYS`]). One to four 64-byte
 /// loads, two `VPCLMULQDQ` each, a XOR tree and one reduction, where [`crc_masked`] folds up to
 /// 15 blocks one after another. `None` outside 64..256 bytes.
+///
+/// # Safety
+/// The CPU must support what [`stream_available`] checks. No memory-safety precondition: every
+/// load is within a bounds-checked subslice of `data` or of a static table (the masked load of
+/// the first chunk only touches its selected bytes, which lie inside `data`).
 #[target_feature(
     enable = "pclmulqdq",
     enable = "sse2",
