@@ -525,6 +525,17 @@ const fn fold_key(e: u32) -> i64 {
     ((x_pow_mod_p(e).reverse_bits() as u64) << 1) as i64
 }
 
+// `fold_key` gives every key above: the formula and the constants cannot drift apart.
+const _: () = assert!(
+    fold_key(160) == K3
+        && fold_key(96) == K4
+        && fold_key(64) == K5
+        && fold_key(544) == K1
+        && fold_key(480) == K2
+        && fold_key(16 * 128 + 32) == K_2048_LOW
+        && fold_key(16 * 128 - 32) == K_2048_HIGH
+);
+
 /// The keys that fold the four 16-byte blocks of a 64-byte chunk straight onto the last block
 /// of a message, for a chunk `q` chunks before the last one: lane `l` is block `4q + 3 - l`
 /// blocks from the end, multiplied (low half, high half) by `x^(128 d ± 32)`. The last block
