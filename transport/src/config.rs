@@ -48,8 +48,9 @@ pub struct DeviceConfig {
     pub hop_limit: u8,
     /// Peer quirks.
     pub quirks: Quirks,
-    /// Take the receive fast path for the bulk of a large RDMA WRITE (`Device::handle_frame`);
-    /// off, every frame goes through the general path (same effects, slower).
+    /// Take the receive fast path for RDMA WRITE packets without immediate data (every packet
+    /// of a large WRITE, every small one: `Device::handle_frame`); off, every frame goes
+    /// through the general path (same effects, slower).
     pub rx_fast_path: bool,
     /// Build the MIDDLE packets of large SENDs and WRITEs on the transmit fast path; off, every
     /// packet is built by the general path (byte for byte the same frames, slower).

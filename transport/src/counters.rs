@@ -107,7 +107,8 @@ counters! {
     /// `rcvd_pkts`): the peer's requests, where `rcvd_pkts` also holds its responses. A runtime
     /// tells a two-way exchange from it ([`crate::Device`] users: `uroce_io`'s poll linger).
     rcvd_in_seq_requests,
-    /// Packets placed by the receive fast path (RDMA WRITE MIDDLE; also in `rcvd_pkts`).
+    /// Packets placed by the receive fast path (RDMA WRITE FIRST, MIDDLE, LAST and ONLY
+    /// without immediate data; also in `rcvd_pkts`).
     rx_fast_path_pkts,
     /// Packets built by the transmit fast path (SEND and WRITE MIDDLE; also in `sent_pkts`).
     tx_fast_path_pkts,

@@ -1,4 +1,4 @@
-//! The fast paths (receive: RDMA WRITE MIDDLE placed without a `ParsedFrame`; transmit: SEND
+//! The fast paths (receive: RDMA WRITE packets placed without a `ParsedFrame`; transmit: SEND
 //! and WRITE MIDDLE built without `build_request`'s general walk) against the general paths,
 //! over whole soaks: the same seeded workload and lossy network run once with the fast paths
 //! and once without must put the same frames on the wire, byte for byte and in the same order,

@@ -187,7 +187,7 @@ fn class(op: Operation) -> Class {
 }
 
 // The responder's rules, each stated once and used by the general path (`handle_request` →
-// `execute_request` → `exec_*`) and by the receive fast path (`place_write_middle`) alike.
+// `execute_request` → `exec_*`) and by the receive fast path (`place_write`) alike.
 
 /// The states in which a QP receives requests (IBTA §10.3.1: RTR, RTS, SQD).
 #[inline]
