@@ -136,7 +136,7 @@ impl Device {
         if bits_per_sec == Some(0) {
             return Err(crate::VerbsError::InvalidArgument("rate limit 0"));
         }
-        let qp = self.qps.get_mut(&qpn).ok_or(crate::VerbsError::NoSuchObject("QP"))?;
+        let qp = self.qps.get_mut(qpn).ok_or(crate::VerbsError::NoSuchObject("QP"))?;
         qp.pacer.set_limit(bits_per_sec);
         Ok(())
     }
@@ -163,7 +163,7 @@ impl Device {
         f: impl FnOnce(&mut Qp, &mut Ctx<'_>, &mut VecDeque<u32>) -> R,
     ) -> Option<R> {
         let Device { cfg, qps, mrs, cqs, counters, events, idents, timers, ready, last_qp, srqs, .. } = self;
-        let qp = qps.get_mut(&qpn)?;
+        let qp = qps.get_mut(qpn)?;
         // A QP other than the last one's state, all its cache lines at once (with many QPs it
         // is rarely cached).
         if *last_qp != qpn {

@@ -62,12 +62,12 @@ impl Device {
     /// `ibv_modify_qp`: the state machine of [`crate::qp::state`] plus attribute checks.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), VerbsError> {
         use QpAttrMask as M;
-        let qp = self.qps.get(&qpn).ok_or(VerbsError::NoSuchObject("QP"))?;
+        let qp = self.qps.get(qpn).ok_or(VerbsError::NoSuchObject("QP"))?;
         let (cur, ty) = (qp.state, qp.qp_type);
         let to = crate::qp::state::check_transition_of(ty, cur, attr, mask)?;
         self.validate_attr(attr, mask)?;
         if to == QpState::Reset {
-            let qp = self.qps.get_mut(&qpn).expect("checked");
+            let qp = self.qps.get_mut(qpn).expect("checked");
             qp.reset();
             // Its completions not yet polled go too, as mlx5 cleans the CQs of a QP moved to
             // RESET (`mlx5_modify_qp` → `mlx5_cq_clean`): a QP brought back up does not hand
@@ -84,7 +84,7 @@ impl Device {
             return Ok(());
         }
         let Device { cfg, qps, idents, .. } = self;
-        let qp = qps.get_mut(&qpn).expect("checked");
+        let qp = qps.get_mut(qpn).expect("checked");
         let a = &mut qp.attr;
         if mask.contains(M::ACCESS_FLAGS) {
             a.qp_access_flags = attr.qp_access_flags;

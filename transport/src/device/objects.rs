@@ -289,7 +289,7 @@ impl Device {
         let qpn = loop {
             let r = base | (self.rng.next_u32() & (space - 1));
             let q = r - r % count + index;
-            if q >= 0x11 && q >> 16 == r >> 16 && !self.qps.contains_key(&q) {
+            if q >= 0x11 && q >> 16 == r >> 16 && !self.qps.contains_key(q) {
                 break q;
             }
         };
@@ -299,11 +299,11 @@ impl Device {
 
     /// `ibv_create_qp` with a chosen QP number (replaying captures, crafting traffic).
     pub fn create_qp_with_qpn(&mut self, pd: PdHandle, init: &QpInitAttr, qpn: u32) -> Result<u32, VerbsError> {
-        if qpn == 0 || qpn > 0xff_ffff || self.qps.contains_key(&qpn) {
+        if qpn == 0 || qpn > 0xff_ffff || self.qps.contains_key(qpn) {
             return Err(VerbsError::InvalidArgument("QP number in use or out of range"));
         }
         let q = self.create_qp(pd, init)?;
-        let mut qp = self.qps.remove(&q).expect("just created");
+        let mut qp = self.qps.remove(q).expect("just created");
         qp.qpn = Qpn::new(qpn);
         self.qps.insert(qpn, qp);
         Ok(qpn)
@@ -312,7 +312,7 @@ impl Device {
     /// `ibv_destroy_qp`.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
         // Its timer-queue entries are dropped when they come up (`TimerQueue::examine`).
-        self.qps.remove(&qpn).ok_or(VerbsError::NoSuchObject("QP"))?;
+        self.qps.remove(qpn).ok_or(VerbsError::NoSuchObject("QP"))?;
         Ok(())
     }
 
@@ -328,12 +328,12 @@ impl Device {
 
     /// A QP, for inspection.
     pub fn qp(&self, qpn: u32) -> Option<&Qp> {
-        self.qps.get(&qpn)
+        self.qps.get(qpn)
     }
 
     /// `ibv_query_qp`.
     pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, VerbsError> {
-        self.qps.get(&qpn).map(Qp::attr).ok_or(VerbsError::NoSuchObject("QP"))
+        self.qps.get(qpn).map(Qp::attr).ok_or(VerbsError::NoSuchObject("QP"))
     }
 
     /// `ibv_post_send`.
@@ -351,7 +351,7 @@ impl Device {
         wrs: &[SendWr<'_>],
         mut prepare: impl FnMut(&mut Self, usize),
     ) -> Result<(), (usize, VerbsError)> {
-        let qp = self.qps.get(&qpn).ok_or((0, VerbsError::NoSuchObject("QP")))?;
+        let qp = self.qps.get(qpn).ok_or((0, VerbsError::NoSuchObject("QP")))?;
         for (i, wr) in wrs.iter().enumerate() {
             qp.check_send(wr).map_err(|e| (i, e))?;
         }

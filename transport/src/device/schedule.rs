@@ -13,7 +13,7 @@ impl Device {
     /// scan over the QPs.
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(qpn) = self.timers.head_qpn() {
-            let table = self.qps.get_mut(&qpn).map(|q| &mut q.timers);
+            let table = self.qps.get_mut(qpn).map(|q| &mut q.timers);
             self.counters.timer_queue_checks += 1;
             match self.timers.examine(now, table) {
                 Head::Due(qpn, t) => {
@@ -29,7 +29,7 @@ impl Device {
     /// any QP, exactly (stale queue entries at the head are settled first).
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         while let Some(qpn) = self.timers.head_qpn() {
-            let table = self.qps.get_mut(&qpn).map(|q| &mut q.timers);
+            let table = self.qps.get_mut(qpn).map(|q| &mut q.timers);
             self.counters.timer_queue_checks += 1;
             match self.timers.settle(table) {
                 Head::Again => {}
