@@ -155,6 +155,14 @@ pub struct RethRepr {
     pub dma_len: u32,
 }
 
+impl RethRepr {
+    /// Read a RETH from its 16 bytes (`s` holds at least 16: the caller checked).
+    #[inline(always)]
+    pub(crate) fn read(s: &[u8]) -> RethRepr {
+        RethRepr { va: get_u64(s, 0), rkey: get_u32(s, 8), dma_len: get_u32(s, 12) }
+    }
+}
+
 /// AtomicETH meaning.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct AtomicEthRepr {
@@ -225,11 +233,7 @@ impl ExtHeaders {
                 let w = get_u32(s, 0);
                 FethRepr { selectivity: ((w >> 4) & 3) as u8, placement: (w & 0xf) as u8 }
             }),
-            reth: at(HeaderKind::Reth).map(|s| RethRepr {
-                va: get_u64(s, 0),
-                rkey: get_u32(s, 8),
-                dma_len: get_u32(s, 12),
-            }),
+            reth: at(HeaderKind::Reth).map(RethRepr::read),
             atomic_eth: at(HeaderKind::AtomicEth).map(|s| AtomicEthRepr {
                 va: get_u64(s, 0),
                 rkey: get_u32(s, 8),

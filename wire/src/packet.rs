@@ -388,14 +388,7 @@ pub fn parse_bare_ipv4(frame: &[u8]) -> Option<BareFrame<'_>> {
     let hl = info.header_len;
     let rest = b.len().checked_sub(hl + ICRC_LEN)?;
     let n = payload_len(info, bth.pad_count, rest, BTH + hl).ok()?;
-    let reth = (hl > crate::bth::HEADER_LEN).then(|| {
-        let r = &b[crate::bth::HEADER_LEN..hl];
-        crate::ext::RethRepr {
-            va: u64::from_be_bytes([r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]]),
-            rkey: u32::from_be_bytes([r[8], r[9], r[10], r[11]]),
-            dma_len: u32::from_be_bytes([r[12], r[13], r[14], r[15]]),
-        }
-    });
+    let reth = (hl > crate::bth::HEADER_LEN).then(|| crate::ext::RethRepr::read(&b[crate::bth::HEADER_LEN..hl]));
     let ip = &h[L3..L3 + 20];
     let mac = &h[6..12];
     Some(BareFrame {
