@@ -113,10 +113,30 @@ pub fn compute_prefetching(l3: &[u8], dst: &[u8]) -> Result<u32, Error> {
     }
     #[cfg(target_arch = "x86_64")]
     #[allow(unsafe_code)]
+    if l3.len() >= 256 && clmul::ymm::available() {
+        let (m, chunks) = if l3[0] >> 4 == 6 { (&MASK_V6, 4) } else { (&MASK_V4, 3) };
+        // SAFETY: `ymm::available` checked every CPU feature the kernel is compiled for; it has
+        // no other precondition (its loads are bounds-checked, its prefetches cannot fault).
+        if let Some(c) = unsafe { clmul::ymm::crc_masked(LRH_CRC, l3, &m[..chunks], dst) } {
+            return Ok(c);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
     if l3.len() >= 64 && l3.len() < 256 && clmul::stream_available() {
         // SAFETY: `stream_available` checked every CPU feature the kernel is compiled for; it
         // has no other precondition (its accesses are bounds-checked).
         if let Some(c) = unsafe { clmul::crc_masked_small(l3, l3[0] >> 4 == 6) } {
+            crate::copy::prefetch(dst);
+            return Ok(c);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    if l3.len() >= 64 && l3.len() < 256 && clmul::ymm::available() {
+        // SAFETY: `ymm::available` checked every CPU feature the kernel is compiled for; it has
+        // no other precondition (its accesses are bounds-checked).
+        if let Some(c) = unsafe { clmul::ymm::crc_masked_small(l3, l3[0] >> 4 == 6) } {
             crate::copy::prefetch(dst);
             return Ok(c);
         }
@@ -183,8 +203,8 @@ mod clmul;
 /// Copy `src` into `dst` (same length; `false` and nothing copied otherwise) and continue the
 /// CRC `crc` over the copied bytes: `crc` is a finished CRC-32 value (as [`compute`] returns
 /// for the bytes before), and the result is the CRC of those bytes followed by `src`. One pass
-/// over the data on x86-64 with AVX-512 and `VPCLMULQDQ` (every 64-byte load is stored and
-/// folded); elsewhere a copy then a `crc32fast` pass. The transmit path writes a packet's
+/// over the data on x86-64 with `VPCLMULQDQ` (AVX-512 or AVX2: every 64- or 32-byte load is
+/// stored and folded); elsewhere a copy then a `crc32fast` pass. The transmit path writes a packet's
 /// payload through this, so the payload is read once for both the copy and the ICRC.
 pub fn copy_and_continue(crc: &mut u32, src: &[u8], dst: &mut [u8]) -> bool {
     if src.len() != dst.len() {
@@ -200,6 +220,16 @@ pub fn copy_and_continue(crc: &mut u32, src: &[u8], dst: &mut [u8]) -> bool {
             return true;
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    if src.len() >= 128 && clmul::ymm::available() {
+        // SAFETY: `ymm::available` checked every CPU feature the kernel is compiled for; it has
+        // no other precondition (its loads and stores are bounds-checked).
+        if let Some(c) = unsafe { clmul::ymm::copy_crc(*crc, src, dst) } {
+            *crc = c;
+            return true;
+        }
+    }
     dst.copy_from_slice(src);
     *crc = continue_crc(*crc, dst);
     true
@@ -209,7 +239,7 @@ pub fn copy_and_continue(crc: &mut u32, src: &[u8], dst: &mut [u8]) -> bool {
 /// runs from the IP header to the end of the pad (ICRC excluded), its first `h` bytes (IP ..
 /// extension headers) and its pad are written, and `src` is copied to `l3[h..h + src.len()]`
 /// while the whole packet is folded into the ICRC. `None` (nothing written) when this CPU lacks
-/// the instructions (x86-64 with AVX-512BW and `VPCLMULQDQ`) or the packet is shorter than 256
+/// the instructions (x86-64 with `VPCLMULQDQ` and AVX-512BW or AVX2) or the packet is shorter than 256
 /// bytes: the caller then copies and computes separately.
 ///
 /// `prefetch` (may be empty) is memory the caller reads next (the next packet's payload): its
@@ -222,6 +252,14 @@ pub fn copy_payload_icrc(l3: &mut [u8], h: usize, src: &[u8], prefetch: &[u8]) -
         // SAFETY: `stream_available` checked every CPU feature the kernel is compiled for; it
         // has no other precondition (its accesses are bounds-checked).
         return unsafe { clmul::copy_icrc_stream(LRH_CRC, l3, h, src, &m[..chunks], prefetch) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    if clmul::ymm::available() && !l3.is_empty() {
+        let (m, chunks) = if l3[0] >> 4 == 6 { (&MASK_V6, 4) } else { (&MASK_V4, 3) };
+        // SAFETY: `ymm::available` checked every CPU feature the kernel is compiled for; it has
+        // no other precondition (its accesses are bounds-checked).
+        return unsafe { clmul::ymm::copy_icrc_stream(LRH_CRC, l3, h, src, &m[..chunks], prefetch) };
     }
     let _ = (l3, h, src, prefetch);
     None
@@ -426,7 +464,9 @@ mod tests {
             }
         }
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx512bw") && std::is_x86_feature_detected!("vpclmulqdq") {
+        if std::is_x86_feature_detected!("vpclmulqdq")
+            && (std::is_x86_feature_detected!("avx512bw") || std::is_x86_feature_detected!("avx2"))
+        {
             assert!(ran > 4000, "the kernel ran {ran} times");
         }
     }

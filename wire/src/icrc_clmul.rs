@@ -14,6 +14,9 @@
 
 use core::arch::x86_64 as arch;
 
+#[path = "icrc_ymm.rs"]
+pub(crate) mod ymm;
+
 const K3: i64 = 0x1751997d0;
 const K4: i64 = 0x0ccaa009e;
 const K5: i64 = 0x163cd6124;
@@ -304,12 +307,13 @@ fn masks_512(masks: &[u128]) -> arch::__m512i {
     arch::_mm512_set_epi64(m[7], m[6], m[5], m[4], m[3], m[2], m[1], m[0])
 }
 
-/// One 256-byte step's share of a prefetch stream: `PREFETCHT0` for the next four cache lines
-/// of `prefetch` from `*fetched` on. A hint: it reads and writes nothing and never faults.
+/// One `span`-byte step's share of a prefetch stream: `PREFETCHT0` for the next `span / 64`
+/// cache lines of `prefetch` from `*fetched` on. A hint: it reads and writes nothing and never
+/// faults.
 #[inline]
 #[target_feature(enable = "sse")]
-fn prefetch_step(prefetch: &[u8], fetched: &mut usize) {
-    let to = prefetch.len().min(*fetched + 256);
+fn prefetch_step(prefetch: &[u8], fetched: &mut usize, span: usize) {
+    let to = prefetch.len().min(*fetched + span);
     while *fetched < to {
         arch::_mm_prefetch::<{ arch::_MM_HINT_T0 }>(prefetch.as_ptr().wrapping_add(*fetched).cast());
         *fetched += 64;
@@ -368,7 +372,7 @@ pub(crate) unsafe fn crc_masked_wide(init: u32, data: &[u8], masks: &[u128], pre
     let k2048 = k_2048();
     let mut i = 256;
     while i + 256 <= data.len() {
-        prefetch_step(prefetch, &mut fetched);
+        prefetch_step(prefetch, &mut fetched, 256);
         v0 = fold512(v0, load(i)?, k2048);
         v1 = fold512(v1, load(i + 64)?, k2048);
         v2 = fold512(v2, load(i + 128)?, k2048);
@@ -480,7 +484,7 @@ pub(crate) unsafe fn copy_icrc_stream(
     let mut i = 256;
     let mut fetched = 0;
     while i < bulk {
-        prefetch_step(prefetch, &mut fetched);
+        prefetch_step(prefetch, &mut fetched, 256);
         v0 = fold512(v0, chunk(i)?, k2048);
         v1 = fold512(v1, chunk(i + 64)?, k2048);
         v2 = fold512(v2, chunk(i + 128)?, k2048);
@@ -568,17 +572,22 @@ const SMALL_KEYS: [[i64; 8]; 4] = {
 struct SmallPrefix {
     zero: u64,
     pattern: [u8; 192],
+    /// `zero` as bytes (0x00 for a variant byte, 0xff otherwise), padded like `pattern`: what
+    /// a kernel without byte-masked loads ANDs in.
+    keep: [u8; 192],
 }
 
 const fn small_prefix(masks: &[u128; 4], v6: bool) -> SmallPrefix {
     let mut zero = 0u64;
     let mut pattern = [0u8; 192];
+    let mut keep = [0xffu8; 192];
     let mut b = 0;
     while b < 64 {
         let m = (masks[b / 16] >> (8 * (b % 16))) as u8;
         if m != 0 {
             zero |= 1 << b;
             pattern[64 + b] = if v6 && b == 0 { 0x6f } else { 0xff };
+            keep[64 + b] = 0;
         }
         b += 1;
     }
@@ -588,7 +597,7 @@ const fn small_prefix(masks: &[u128; 4], v6: bool) -> SmallPrefix {
         pattern[64 + i] ^= init[i];
         i += 1;
     }
-    SmallPrefix { zero, pattern }
+    SmallPrefix { zero, pattern, keep }
 }
 
 static SMALL_V4: SmallPrefix = small_prefix(&super::MASK_V4, false);
