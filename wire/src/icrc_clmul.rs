@@ -105,6 +105,7 @@ unsafe fn reduce128(a: arch::__m128i, b: arch::__m128i, keys: arch::__m128i) -> 
 /// Fold the remaining whole blocks of `data` into `x`, then its final partial block, then
 /// reduce 128 → 64 → 32 bits (Barrett) and return the finished CRC (crc32fast's
 /// `reduce_128_to_crc`).
+#[inline]
 #[target_feature(enable = "pclmulqdq", enable = "sse2", enable = "sse4.1", enable = "ssse3")]
 unsafe fn reduce_to_crc(mut x: arch::__m128i, data: &[u8]) -> u32 {
     let k3k4 = arch::_mm_set_epi64x(K4, K3);
