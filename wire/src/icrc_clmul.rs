@@ -404,6 +404,24 @@ pub(crate) fn stream_available() -> bool {
     }
 }
 
+/// Where the payload of a transmit stream ends (`h + src_len`), if both stream kernels can
+/// take the packet: at most four masks, and they only set header bits (bytes before `h`);
+/// headers of at most 128 bytes; the payload inside the packet (`l3_len`), and the headers and
+/// payload together at least 256 bytes (a whole first step of either kernel and more).
+fn stream_end(l3_len: usize, h: usize, src_len: usize, masks: &[u128]) -> Option<usize> {
+    let end = h.checked_add(src_len)?;
+    if masks.len() > 4 || h > 128 || end > l3_len || end < 256 {
+        return None;
+    }
+    for (i, &w) in masks.iter().enumerate() {
+        let keep = h.saturating_sub(16 * i);
+        if keep < 16 && w >> (8 * keep) != 0 {
+            return None;
+        }
+    }
+    Some(end)
+}
+
 /// The ICRC of a packet being built, with its payload copied in on the way: `l3` runs from the
 /// IP header to the end of the pad, its first `h` bytes (IP .. extension headers) and the pad
 /// after `h + src.len()` are in place, and `src` is copied to `l3[h..h + src.len()]` in the same
@@ -436,17 +454,7 @@ pub(crate) unsafe fn copy_icrc_stream(
     masks: &[u128],
     prefetch: &[u8],
 ) -> Option<u32> {
-    let end = h.checked_add(src.len())?;
-    if masks.len() > 4 || h > 128 || end > l3.len() || end < 256 {
-        return None;
-    }
-    // The masks may only set header bits (bytes before `h`).
-    for (i, &w) in masks.iter().enumerate() {
-        let keep = h.saturating_sub(16 * i);
-        if keep < 16 && w >> (8 * keep) != 0 {
-            return None;
-        }
-    }
+    let end = stream_end(l3.len(), h, src.len(), masks)?;
     // Stream bytes `o .. o + 64` (o a multiple of 64, o + 64 <= end): headers from `l3`, payload
     // from `src`; the payload bytes are also stored into `l3`.
     let mut chunk = |o: usize| -> Option<arch::__m512i> {

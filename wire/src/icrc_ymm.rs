@@ -11,7 +11,7 @@
 //! shifts its first chunk in with dword-masked loads, so it takes packets whose length is a
 //! multiple of 4 (every RoCEv2 packet: headers and padded payload are).
 
-use super::{arch, cached, fold_key, reduce128, reduce_to_crc, K3, K4, SMALL_KEYS, SMALL_V4, SMALL_V6};
+use super::{arch, cached, fold_key, reduce128, reduce_to_crc, stream_end, K3, K4, SMALL_KEYS, SMALL_V4, SMALL_V6};
 
 /// Whether the CPU has what this module's kernels need.
 #[inline]
@@ -257,17 +257,7 @@ pub(crate) unsafe fn copy_icrc_stream(
     masks: &[u128],
     prefetch: &[u8],
 ) -> Option<u32> {
-    let end = h.checked_add(src.len())?;
-    if masks.len() > 4 || h > 128 || end > l3.len() || end < 256 {
-        return None;
-    }
-    // The masks may only set header bits (bytes before `h`).
-    for (i, &w) in masks.iter().enumerate() {
-        let keep = h.saturating_sub(16 * i);
-        if keep < 16 && w >> (8 * keep) != 0 {
-            return None;
-        }
-    }
+    let end = stream_end(l3.len(), h, src.len(), masks)?;
     // The payload bytes sharing a 32-byte chunk with the headers go in first, so the first
     // step (bytes 0..128, `h <= 128`) reads headers and those bytes from `l3` and the rest of
     // its payload from `src`; from byte 128 on every step copies payload.
