@@ -11,7 +11,7 @@
 //! shifts its first chunk in with dword-masked loads, so it takes packets whose length is a
 //! multiple of 4 (every RoCEv2 packet: headers and padded payload are).
 
-use super::{arch, cached, fold_key, reduce128, reduce_to_crc, stream_end, K3, K4, SMALL_KEYS, SMALL_V4, SMALL_V6};
+use super::{arch, fold_key, reduce128, reduce_to_crc, stream_end, K3, K4, SMALL_KEYS, SMALL_V4, SMALL_V6};
 
 /// Whether the CPU has what this module's kernels need.
 #[inline]
@@ -19,7 +19,7 @@ pub(crate) fn available() -> bool {
     #[cfg(feature = "std")]
     {
         static HAVE: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
-        cached(&HAVE, || {
+        super::cached(&HAVE, || {
             super::available() && std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("vpclmulqdq")
         })
     }
