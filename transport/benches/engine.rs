@@ -51,6 +51,7 @@ fn data_path(src: &[u8], dst: &mut [u8], frame: &mut [u8], pkt: usize) -> u32 {
 
 fn bench(c: &mut Criterion) {
     const MIB: usize = 1 << 20;
+    eprintln!("ICRC kernels: {}", uroce_wire::icrc::kernels());
     let mut g = c.benchmark_group("engine");
     g.measurement_time(Duration::from_secs(5));
 

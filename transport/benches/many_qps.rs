@@ -24,6 +24,7 @@ fn main() {
     let t = StdInstant::now();
     let mut many = ManyQps::new(n, Mtu::Mtu4096, 1 << 16, 4).expect("QP pairs");
     println!("set up {n} connected QP pairs in {:.2} s", t.elapsed().as_secs_f64());
+    println!("ICRC kernels: {}", uroce_wire::icrc::kernels());
     let mut one = ManyQps::new(1, Mtu::Mtu4096, 1 << 16, 256).expect("one QP pair");
     println!("{:>8} {:>10} {:>14} {:>14} {:>8}", "size", "msgs/round", "1 QP", format!("{n} QPs"), "ratio");
     for size in [64usize, 4096, 1 << 16] {

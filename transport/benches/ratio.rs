@@ -76,6 +76,7 @@ fn main() {
     let lo = |v: &[f64]| v.iter().copied().fold(f64::MAX, f64::min);
     let hi = |v: &[f64]| v.iter().copied().fold(f64::MIN, f64::max);
     println!("1 MiB RDMA WRITE, 4096 MTU, two engines on one core, vs copy + CRC-32 of the same bytes");
+    println!("ICRC kernels: {}", uroce_wire::icrc::kernels());
     println!("interleaved: {rounds} rounds of {msgs} messages / passes each; medians (min .. max)");
     println!(
         "  engine              {:6.1} µs per MiB ({:.1} .. {:.1}) = {:.2} GiB/s",

@@ -23,7 +23,8 @@ fn main() {
         let _ = f0;
     }
     println!(
-        "{what}: {n} msgs x 7, best {best:.1} ns/msg ({:.1} ns/frame)",
-        best * n as f64 / (b.frames as f64 / (7.0 + 1.1))
+        "{what}: {n} msgs x 7, best {best:.1} ns/msg ({:.1} ns/frame); ICRC kernels: {}",
+        best * n as f64 / (b.frames as f64 / (7.0 + 1.1)),
+        uroce_wire::icrc::kernels()
     );
 }

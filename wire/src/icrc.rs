@@ -145,6 +145,25 @@ pub fn compute_prefetching(l3: &[u8], dst: &[u8]) -> Result<u32, Error> {
     compute_narrow(l3)
 }
 
+/// The widest ICRC kernels this CPU runs, for benchmark reports (figures from hosts with
+/// different kernels do not compare): `"AVX-512 + VPCLMULQDQ"`, `"AVX2 + VPCLMULQDQ"`,
+/// `"PCLMULQDQ"` (then crc32fast for the bulk) or `"portable (crc32fast)"`.
+pub fn kernels() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if clmul::stream_available() {
+            return "AVX-512 + VPCLMULQDQ";
+        }
+        if clmul::ymm::available() {
+            return "AVX2 + VPCLMULQDQ";
+        }
+        if clmul::available() {
+            return "PCLMULQDQ";
+        }
+    }
+    "portable (crc32fast)"
+}
+
 /// [`compute`] without the wide kernel.
 fn compute_narrow(l3: &[u8]) -> Result<u32, Error> {
     #[cfg(target_arch = "x86_64")]
@@ -469,6 +488,22 @@ mod tests {
         {
             assert!(ran > 4000, "the kernel ran {ran} times");
         }
+    }
+
+    /// The kernel report names what this CPU has.
+    #[test]
+    fn kernels_name_the_cpus_instructions() {
+        let k = kernels();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let has = |f: bool, name: &str| assert_eq!(k == name, f, "{k}");
+            let vp = std::is_x86_feature_detected!("vpclmulqdq");
+            let avx512 = vp && std::is_x86_feature_detected!("avx512bw") && std::is_x86_feature_detected!("avx512f");
+            has(avx512, "AVX-512 + VPCLMULQDQ");
+            has(!avx512 && vp && std::is_x86_feature_detected!("avx2"), "AVX2 + VPCLMULQDQ");
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        assert_eq!(k, "portable (crc32fast)");
     }
 
     #[test]
