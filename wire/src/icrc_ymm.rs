@@ -11,7 +11,7 @@
 //! shifts its first chunk in with dword-masked loads, so it takes packets whose length is a
 //! multiple of 4 (every RoCEv2 packet: headers and padded payload are).
 
-use super::{arch, fold_key, reduce128, reduce_to_crc, stream_end, K3, K4, SMALL_KEYS, SMALL_V4, SMALL_V6};
+use super::{arch, fold_key, reduce128, reduce_to_crc, stream_end, SmallLayout, K3, K4, SMALL_KEYS};
 
 /// Whether the CPU has what this module's kernels need.
 #[inline]
@@ -313,16 +313,13 @@ pub(crate) unsafe fn copy_icrc_stream(
     enable = "vpclmulqdq"
 )]
 pub(crate) unsafe fn crc_masked_small(data: &[u8], v6: bool) -> Option<u32> {
-    let n = data.len();
-    if !(64..256).contains(&n) || !n.is_multiple_of(4) {
+    if !data.len().is_multiple_of(4) {
         return None;
     }
-    let pre = if v6 { &SMALL_V6 } else { &SMALL_V4 };
-    let chunks = n.div_ceil(64);
-    let pad = 64 * chunks - n; // 0..=60, a multiple of 4
-    let tail = data.get(n - 64 * (chunks - 1)..)?; // chunks 1.. of the padded packet, whole
-                                                   // Variant bytes zeroed, then the pattern (ones there, the LRH seed in front) XOR-ed in, for
-                                                   // the 32 bytes at `at` of a chunk that starts `64 - at` bytes before the packet's byte 64.
+    // `pad` is then a multiple of 4 too (0..=60)
+    let SmallLayout { pre, chunks, pad, tail } = SmallLayout::of(data, v6)?;
+    // Variant bytes zeroed, then the pattern (ones there, the LRH seed in front) XOR-ed in, for
+    // the 32 bytes at `at` of a chunk that starts `64 - at` bytes before the packet's byte 64.
     let prefix = |v: arch::__m256i, at: usize| -> Option<arch::__m256i> {
         Some(arch::_mm256_xor_si256(arch::_mm256_and_si256(v, load(&pre.keep, at)?), load(&pre.pattern, at)?))
     };
