@@ -418,7 +418,7 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                 sent += 1;
             }
             // responses trail the last guess: a slow responder works through the whole burst
-            // first (rxe in a TCG guest answered 150 ms after the last of 4096), so wait until
+            // first (rxe in a TCG guest answered from 65 ms after the last of 4096), so wait until
             // it is quiet
             if leak.is_none() && landed.is_none() {
                 let fatal = |l: &Learner| {
